@@ -1,0 +1,181 @@
+"""Choosing a World: ``WORKFLOW_TARGET_WORLD`` resolved through the ``workflow.worlds`` group."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from typing import cast
+
+from world_core.errors import ConfigurationError
+from world_core.spi import World, WorldFactory, validate_namespace
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "WorldEntry",
+    "connect_world",
+    "list_worlds",
+    "open_world",
+    "redact",
+    "resolve_world",
+]
+
+ENTRY_POINT_GROUP = "workflow.worlds"
+DEFAULT_WORLD = "local"
+
+# First-party backends, so that a known but missing one can be named with its package.
+_KNOWN = {
+    "local": "world-local",
+    "postgres": "world-postgres",
+    "mongo": "world-mongo",
+    "redis": "world-redis",
+    "turso": "world-turso",
+}
+
+
+@dataclass(frozen=True)
+class WorldEntry:
+    """An installed World: its entry-point name, what it points at, and its distribution."""
+
+    name: str
+    value: str
+    distribution: str
+    version: str
+
+
+def list_worlds() -> list[WorldEntry]:
+    """The installed Worlds (entry points of ``workflow.worlds``), by name. Imports nothing."""
+    entries: dict[str, WorldEntry] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist
+        entries.setdefault(
+            ep.name,
+            WorldEntry(
+                name=ep.name,
+                value=ep.value,
+                distribution=dist.metadata["Name"] if dist is not None else "?",
+                version=dist.version if dist is not None else "?",
+            ),
+        )
+    return sorted(entries.values(), key=lambda entry: entry.name)
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _load_attr(spec: str) -> object:
+    module_name, _, attr = spec.partition(":")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"cannot import {module_name!r} for WORKFLOW_TARGET_WORLD={spec!r}: {exc}. "
+            "Install the package that provides it."
+        ) from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise ConfigurationError(
+                f"{module_name!r} has no attribute {attr!r} (WORKFLOW_TARGET_WORLD={spec!r})"
+            ) from exc
+    return target
+
+
+def resolve_world(target: str | None = None) -> tuple[str, WorldFactory]:
+    """Find the factory for ``target`` (default: ``WORKFLOW_TARGET_WORLD``, else ``local``).
+
+    ``target`` is an entry-point name (``postgres``), a distribution or package name
+    (``world-postgres``, ``world_postgres``) or ``module:attr``. Only the chosen entry point is
+    imported.
+
+    Returns:
+        The World's short name and its factory.
+
+    Raises:
+        ConfigurationError: unknown name (the message lists the installed Worlds and the
+            closest match), or a known World whose package is not installed or fails to import.
+    """
+    spec = (target if target is not None else os.environ.get("WORKFLOW_TARGET_WORLD", "")).strip()
+    spec = spec or DEFAULT_WORLD
+    if ":" in spec:
+        return spec, cast(WorldFactory, _load_attr(spec))
+    wanted = _normalize(spec)
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist_name = _normalize(ep.dist.metadata["Name"]) if ep.dist is not None else ""
+        package = _normalize(ep.value.split(":")[0].split(".")[0])
+        if wanted in (_normalize(ep.name), dist_name, package):
+            try:
+                factory = ep.load()
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"World {ep.name!r} is installed but cannot be imported: {exc}. "
+                    f"Reinstall it: pip install --force-reinstall {dist_name or ep.name}"
+                ) from exc
+            return ep.name, cast(WorldFactory, factory)
+    installed = [entry.name for entry in list_worlds()]
+    for short, dist in _KNOWN.items():
+        if wanted in (short, _normalize(dist)) and short not in installed:
+            raise ConfigurationError(
+                f"World {short!r} is not installed: pip install {dist} "
+                f"(installed: {', '.join(installed) or 'none'})"
+            )
+    close = difflib.get_close_matches(spec, installed + list(_KNOWN), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigurationError(
+        f"unknown World {spec!r} in WORKFLOW_TARGET_WORLD.{hint} "
+        f"Installed: {', '.join(installed) or 'none'}; "
+        "or give a distribution name or module:attr."
+    )
+
+
+def _namespace(namespace: str | None) -> str:
+    value = namespace if namespace is not None else os.environ.get("WORKFLOW_NAMESPACE", "")
+    return validate_namespace(value or "default")
+
+
+async def connect_world(
+    target: str | None = None, *, url: str | None = None, namespace: str | None = None
+) -> World:
+    """Open a World without a context manager; the caller must ``await world.aclose()``."""
+    _, factory = resolve_world(target)
+    return await factory(url=url, namespace=_namespace(namespace))
+
+
+@asynccontextmanager
+async def open_world(
+    target: str | None = None, *, url: str | None = None, namespace: str | None = None
+) -> AsyncIterator[World]:
+    """Open the selected World for the duration of an ``async with`` block.
+
+    Args:
+        target: see :func:`resolve_world`; None reads ``WORKFLOW_TARGET_WORLD``.
+        url: the backend's URL (or folder, for local files); None reads its own variable.
+        namespace: isolates apps or tenants on one server; None reads ``WORKFLOW_NAMESPACE``,
+            else ``default``.
+
+    Raises:
+        ConfigurationError: see :func:`resolve_world`, or a backend setting missing.
+    """
+    world = await connect_world(target, url=url, namespace=namespace)
+    try:
+        yield world
+    finally:
+        await world.aclose()
+
+
+_SECRET_QUERY = re.compile(
+    r"(?i)([?&](?:password|passwd|pwd|token|authtoken|auth_token|secret|key)=)[^&]*"
+)
+_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@]*):[^@/]*@")
+
+
+def redact(url: str) -> str:
+    """``url`` with any password in the user-info part and any secret query value masked."""
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\1:***@", url))

@@ -1,0 +1,141 @@
+"""The one error hierarchy of `world`.
+
+Every backend translates its driver's exceptions into these, in one place, and chains the
+original (``raise BackendUnavailableError(...) from exc``). Code above the SPI, tests and the
+conformance suite only ever see these types::
+
+    WorldError
+    ├── ConfigurationError        (also ValueError)   settings missing or wrong
+    ├── InvalidArgumentError      (also ValueError)   a call refused before any I/O
+    │   └── InvalidIdentifierError                    an id, key or namespace the store refuses
+    ├── PayloadTooLargeError      (also ValueError)   one call carries more bytes than allowed
+    ├── NotFoundError             (also LookupError)  the thing asked for does not exist
+    ├── ConflictError                                 a compare-and-set saw another state
+    ├── DuplicateKeyError                             an event key already exists in the log
+    ├── LeaseLostError                                the lease's token is no longer current
+    ├── ClosedError                                   write to a closed stream or World
+    ├── UnsupportedError          (also NotImplementedError)  feature declared absent
+    ├── BackendUnavailableError   (also ConnectionError)      transient fault; retry later
+    └── NonDeterminismError                           replay differs from the journal
+
+Each message says what the reader can do next.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from world_core.spi import Event
+
+__all__ = [
+    "BackendUnavailableError",
+    "ClosedError",
+    "ConfigurationError",
+    "ConflictError",
+    "DuplicateKeyError",
+    "InvalidArgumentError",
+    "InvalidIdentifierError",
+    "LeaseLostError",
+    "NonDeterminismError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "UnsupportedError",
+    "WorldError",
+]
+
+
+class WorldError(Exception):
+    """Root of every error raised by `world` and its backends."""
+
+
+class ConfigurationError(WorldError, ValueError):
+    """A setting is missing or wrong: the message names the variable or option to fix."""
+
+
+class InvalidArgumentError(WorldError, ValueError):
+    """A call was refused before anything was written (empty batch, negative delay ...)."""
+
+
+class InvalidIdentifierError(InvalidArgumentError):
+    """An identifier, event key, status or namespace was refused before anything was written."""
+
+
+class PayloadTooLargeError(WorldError, ValueError):
+    """One call carries more payload bytes than the World accepts; nothing was written.
+
+    Attributes:
+        size: the bytes the call carried.
+        limit: the most a single call may carry.
+    """
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
+class NotFoundError(WorldError, LookupError):
+    """The log, message, stream or dead letter asked for does not exist."""
+
+
+class ConflictError(WorldError):
+    """A compare-and-set (``expect_tail``, ``expect_next``) found another state; nothing written.
+
+    Attributes:
+        expected: the value the caller expected.
+        actual: the value the store holds; read from there and decide again.
+    """
+
+    def __init__(self, message: str, *, expected: int, actual: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class DuplicateKeyError(WorldError):
+    """A batch carried an event key that already exists in the log; the whole batch was refused.
+
+    Attributes:
+        key: the key that collided.
+        existing: the event already stored under that key.
+    """
+
+    def __init__(self, message: str, *, key: str, existing: Event) -> None:
+        super().__init__(message)
+        self.key = key
+        self.existing = existing
+
+
+class LeaseLostError(WorldError):
+    """The lease's fencing token is no longer current (the message was claimed again, acked or
+    dead-lettered). The holder must stop working on the message and must not retry the call."""
+
+
+class ClosedError(WorldError):
+    """Write to a closed stream, or use of a World after ``aclose()``."""
+
+
+class UnsupportedError(WorldError, NotImplementedError):
+    """The backend declares this optional feature absent in its ``Capabilities``."""
+
+
+class BackendUnavailableError(WorldError, ConnectionError):
+    """A transient fault (server down, connection dropped, timeout). Whether the operation took
+    effect is unknown unless the message says otherwise; retry it, idempotently where it matters."""
+
+
+class NonDeterminismError(WorldError):
+    """Replay reached a step that differs from what the journal holds at that position.
+
+    Attributes:
+        position: where in the turn the mismatch was found.
+        recorded: what the journal holds there.
+        attempted: what the code tried to do there now.
+    """
+
+    def __init__(self, message: str, *, position: str, recorded: object, attempted: object) -> None:
+        super().__init__(message)
+        self.position = position
+        self.recorded = recorded
+        self.attempted = attempted

@@ -1,0 +1,681 @@
+"""The backend contract: what a World backend implements.
+
+A World is three primitives behind one object: a :class:`Log` (per-log append-only event
+sequences), a :class:`Queue` (at-least-once delivery under leases) and a :class:`Stream`
+(ordered byte chunks that readers can resume). Everything else in `world` (journal, worker,
+documents, virtual filesystem, blobs) is written once on top of these, with no backend code.
+
+Guarantees are written here, once; backends document only their quirks. The conformance
+suite (``world-conformance``) is the executable form of these docstrings.
+
+Rules shared by every method:
+
+* Every method is async and is one round trip or one transaction of the store.
+* Payloads (event data, message payloads, stream chunks) are opaque ``bytes``: empty, NUL
+  bytes and any other content are stored and returned exactly.
+* One call carries at most :data:`MAX_PAYLOAD_BYTES` of payload in total (an append batch
+  with its outbox messages, one enqueue, one stream write); more raises
+  :class:`~world_core.errors.PayloadTooLargeError` and writes nothing.
+* Identifiers (log, queue, stream and message ids, event keys, dedup keys, worker names) are
+  any non-empty ``str`` of at most :data:`MAX_ID_BYTES` UTF-8 bytes without NUL; ``/``,
+  ``..``, quotes, ``$``, ``{}``, ``*``, ``:``, SQL and unicode are data, stored verbatim and
+  never able to reach outside the World's namespace. Anything else raises
+  :class:`~world_core.errors.InvalidIdentifierError` before any I/O. Backends call the
+  ``validate_*`` functions of this module first, so every backend refuses the same inputs.
+* Namespaces (``WORKFLOW_NAMESPACE``) match :data:`NAMESPACE_PATTERN`. Two Worlds opened with
+  different namespaces on one server never see each other's logs, queues or streams.
+* Backends translate driver exceptions into :mod:`world_core.errors` at one place; a
+  transient fault surfaces as :class:`~world_core.errors.BackendUnavailableError`.
+* Waiting (``Log.watch``, ``Queue.claim(wait=...)``, ``Stream.read``) is woken by the store's
+  own notification where it has one, by bounded polling with backoff where it has not;
+  never by a busy loop.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from types import TracebackType
+from typing import Generic, Protocol, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from world_core.errors import (
+    InvalidArgumentError,
+    InvalidIdentifierError,
+    PayloadTooLargeError,
+)
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "MAX_ID_BYTES",
+    "MAX_LIST_LIMIT",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_STATUS_BYTES",
+    "NAMESPACE_PATTERN",
+    "Capabilities",
+    "Chunk",
+    "DeadLetter",
+    "Event",
+    "Lease",
+    "Log",
+    "LogInfo",
+    "NewEvent",
+    "OutboxMessage",
+    "Page",
+    "Queue",
+    "Stream",
+    "StreamInfo",
+    "World",
+    "WorldFactory",
+    "validate_append",
+    "validate_claim",
+    "validate_duration",
+    "validate_enqueue",
+    "validate_id",
+    "validate_limit",
+    "validate_namespace",
+    "validate_write",
+]
+
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+"""Most payload bytes one call may carry (a batch, a message, a stream write): 8 MiB."""
+
+MAX_ID_BYTES = 512
+"""Longest identifier or key, in UTF-8 bytes."""
+
+MAX_STATUS_BYTES = 64
+"""Longest log status, in UTF-8 bytes."""
+
+MAX_LIST_LIMIT = 1000
+"""Largest page ``Log.list_logs`` and ``Queue.dead_letters`` return."""
+
+DEFAULT_MAX_ATTEMPTS = 10
+"""Deliveries a message gets before it is dead-lettered, unless ``enqueue`` says otherwise."""
+
+NAMESPACE_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,47}")
+"""Lower-case letters, digits and ``_``, at most 48 characters, not starting with ``_``."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------
+# Records that cross the SPI
+# --------------------------------------------------------------------------------------------
+
+
+class NewEvent(_Record):
+    """An event to append. ``key``, when given, is unique within its log."""
+
+    data: bytes
+    key: str | None = None
+
+
+class Event(_Record):
+    """A stored event: ``seq`` is its dense position in the log, starting at 1."""
+
+    seq: int
+    data: bytes
+    key: str | None = None
+
+
+class LogInfo(_Record):
+    """One log's summary: its tail (the last ``seq``; 0 for none) and status."""
+
+    log_id: str
+    tail: int
+    status: str | None = None
+
+
+T = TypeVar("T")
+
+
+class Page(_Record, Generic[T]):
+    """One page of a listing; pass ``next_cursor`` back to get the next, ``None`` at the end."""
+
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class OutboxMessage(_Record):
+    """A message enqueued in the same atomic write as a log append (``Capabilities.outbox``)."""
+
+    queue: str
+    payload: bytes
+    delay: float = 0.0
+    dedup_key: str | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+
+class Lease(_Record):
+    """A claimed message. Pass the whole lease back to ``renew``, ``ack`` or ``release``.
+
+    ``attempt`` is 1 on the first delivery and grows by one on every later delivery.
+    ``token`` is a fencing token unique to this claim. ``deadline`` is UNIX time in seconds on
+    the store's clock; once it passes, the message may be handed to another worker.
+    """
+
+    queue: str
+    message_id: str
+    payload: bytes
+    attempt: int
+    max_attempts: int
+    token: str
+    deadline: float
+
+
+class DeadLetter(_Record):
+    """A message that used up its attempts; kept until requeued."""
+
+    queue: str
+    message_id: str
+    payload: bytes
+    attempts: int
+    reason: str
+
+
+class Chunk(_Record):
+    """One stream chunk: ``index`` is dense from 0."""
+
+    index: int
+    data: bytes
+
+
+class StreamInfo(_Record):
+    """A stream's state. A stream never written nor closed reads as ``next_index=0``, open."""
+
+    stream_id: str
+    next_index: int
+    closed: bool
+
+
+class Capabilities(_Record):
+    """What a backend offers beyond the required contract. Declared, never inferred.
+
+    The conformance suite skips the tests of a feature declared absent and checks that using
+    it raises :class:`~world_core.errors.UnsupportedError`.
+    """
+
+    outbox: bool = Field(
+        default=False,
+        description="Log.append(messages=...) enqueues in the same atomic write as the append.",
+    )
+    shared: bool = Field(
+        default=True,
+        description="Several processes (and, for servers, machines) may open one World at once.",
+    )
+    native_wakeups: bool = Field(
+        default=False,
+        description="Waiting is woken by the store's notifications rather than bounded polling.",
+    )
+    max_payload_bytes: int = Field(
+        default=MAX_PAYLOAD_BYTES,
+        description="Most payload bytes one call may carry.",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Validation shared by every backend: call these first, before any I/O.
+# --------------------------------------------------------------------------------------------
+
+
+def validate_id(value: object, what: str = "identifier") -> str:
+    """Return ``value`` if it is a valid identifier, else raise InvalidIdentifierError.
+
+    Raises:
+        InvalidIdentifierError: not a ``str``, empty, longer than MAX_ID_BYTES in UTF-8,
+            containing NUL, or not encodable as UTF-8 (lone surrogates).
+    """
+    if not isinstance(value, str):
+        raise InvalidIdentifierError(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidIdentifierError(f"{what} must not be empty")
+    if "\x00" in value:
+        raise InvalidIdentifierError(f"{what} {value!r} contains NUL; remove it or encode it")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidIdentifierError(
+            f"{what} {value!r} is not valid UTF-8 (lone surrogate); pass real text"
+        ) from exc
+    if size > MAX_ID_BYTES:
+        raise InvalidIdentifierError(
+            f"{what} is {size} UTF-8 bytes; the limit is {MAX_ID_BYTES}: hash long names"
+        )
+    return value
+
+
+def validate_namespace(value: object) -> str:
+    """Return ``value`` if it matches NAMESPACE_PATTERN, else raise InvalidIdentifierError."""
+    if not isinstance(value, str) or not NAMESPACE_PATTERN.fullmatch(value):
+        raise InvalidIdentifierError(
+            f"namespace {value!r} is invalid: use 1 to 48 lower-case letters, digits and '_', "
+            "starting with a letter or digit (set WORKFLOW_NAMESPACE accordingly)"
+        )
+    return value
+
+
+def validate_duration(value: object, what: str) -> float:
+    """Return ``value`` as a float if it is a finite number >= 0 seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{what} must be a number of seconds, got {value!r}")
+    result = float(value)
+    if not math.isfinite(result) or result < 0:
+        raise InvalidArgumentError(f"{what} must be a finite number of seconds >= 0, got {value}")
+    return result
+
+
+def validate_limit(value: int | None, what: str = "limit", maximum: int | None = None) -> None:
+    """Check an optional positive page size."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{what} must be a positive int or None, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidArgumentError(f"{what} must be at most {maximum}, got {value}")
+
+
+def _check_size(total: int, limit: int, what: str) -> None:
+    if total > limit:
+        raise PayloadTooLargeError(
+            f"{what} carries {total} payload bytes; one call may carry at most {limit}. "
+            "Split it into several calls, or store the bytes as a blob and keep its digest.",
+            size=total,
+            limit=limit,
+        )
+
+
+def _check_max_attempts(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"max_attempts must be an int >= 1, got {value!r}")
+
+
+def validate_append(
+    log_id: str,
+    events: Sequence[NewEvent],
+    *,
+    expect_tail: int | None,
+    status: str | None,
+    messages: Sequence[OutboxMessage],
+    limit: int = MAX_PAYLOAD_BYTES,
+) -> None:
+    """Everything ``Log.append`` refuses before any I/O.
+
+    Raises:
+        InvalidIdentifierError: a bad log id, key, status or outbox queue/dedup key.
+        InvalidArgumentError: an empty batch, a key twice in one batch, a negative expect_tail.
+        PayloadTooLargeError: events and messages together carry more than ``limit`` bytes.
+    """
+    validate_id(log_id, "log_id")
+    if not events:
+        raise InvalidArgumentError("append needs at least one event")
+    seen: set[str] = set()
+    total = 0
+    for event in events:
+        if not isinstance(event, NewEvent):
+            raise InvalidArgumentError(f"append takes NewEvent items, got {type(event).__name__}")
+        total += len(event.data)
+        if event.key is not None:
+            validate_id(event.key, "event key")
+            if event.key in seen:
+                raise InvalidArgumentError(f"event key {event.key!r} appears twice in one batch")
+            seen.add(event.key)
+    if expect_tail is not None and (
+        isinstance(expect_tail, bool) or not isinstance(expect_tail, int) or expect_tail < 0
+    ):
+        raise InvalidArgumentError(f"expect_tail must be an int >= 0 or None, got {expect_tail!r}")
+    if status is not None:
+        validate_id(status, "status")
+        if len(status.encode("utf-8")) > MAX_STATUS_BYTES:
+            raise InvalidIdentifierError(f"status is longer than {MAX_STATUS_BYTES} UTF-8 bytes")
+    for message in messages:
+        validate_id(message.queue, "queue")
+        if message.dedup_key is not None:
+            validate_id(message.dedup_key, "dedup_key")
+        validate_duration(message.delay, "delay")
+        _check_max_attempts(message.max_attempts)
+        total += len(message.payload)
+    _check_size(total, limit, "append")
+
+
+def validate_enqueue(
+    queue: str,
+    payload: bytes,
+    *,
+    delay: float,
+    dedup_key: str | None,
+    max_attempts: int,
+    limit: int = MAX_PAYLOAD_BYTES,
+) -> None:
+    """Everything ``Queue.enqueue`` refuses before any I/O."""
+    validate_id(queue, "queue")
+    if not isinstance(payload, bytes):
+        raise InvalidArgumentError(f"payload must be bytes, got {type(payload).__name__}")
+    validate_duration(delay, "delay")
+    if dedup_key is not None:
+        validate_id(dedup_key, "dedup_key")
+    _check_max_attempts(max_attempts)
+    _check_size(len(payload), limit, "enqueue")
+
+
+def validate_claim(queue: str, worker: str, *, lease: float, limit: int, wait: float) -> None:
+    """Everything ``Queue.claim`` refuses before any I/O."""
+    validate_id(queue, "queue")
+    validate_id(worker, "worker")
+    if validate_duration(lease, "lease") <= 0:
+        raise InvalidArgumentError("lease must be > 0 seconds")
+    validate_limit(limit, "limit", MAX_LIST_LIMIT)
+    validate_duration(wait, "wait")
+
+
+def validate_write(
+    stream_id: str,
+    chunks: Sequence[bytes],
+    *,
+    expect_next: int | None,
+    limit: int = MAX_PAYLOAD_BYTES,
+) -> None:
+    """Everything ``Stream.write`` refuses before any I/O."""
+    validate_id(stream_id, "stream_id")
+    if not chunks:
+        raise InvalidArgumentError("write needs at least one chunk")
+    total = 0
+    for chunk in chunks:
+        if not isinstance(chunk, bytes):
+            raise InvalidArgumentError(f"chunks must be bytes, got {type(chunk).__name__}")
+        total += len(chunk)
+    if expect_next is not None and (
+        isinstance(expect_next, bool) or not isinstance(expect_next, int) or expect_next < 0
+    ):
+        raise InvalidArgumentError(f"expect_next must be an int >= 0 or None, got {expect_next!r}")
+    _check_size(total, limit, "write")
+
+
+# --------------------------------------------------------------------------------------------
+# The three primitives
+# --------------------------------------------------------------------------------------------
+
+
+class Log(ABC):
+    """Per-log append-only event sequences.
+
+    A log exists from its first append until ``delete``. Positions (``seq``) are dense and
+    start at 1; they are settled when the append commits, by the store's own uniqueness
+    check, so any number of concurrent appenders in any number of processes never produce a
+    hole or a duplicate, and a reader never sees ``seq`` n+1 before n.
+    """
+
+    @abstractmethod
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        """Append a batch atomically: every event of it is stored, or none.
+
+        Args:
+            log_id: the log; created by its first append.
+            events: at least one event. Keys, where given, must be unique within the log.
+            expect_tail: compare-and-set. When given, the batch is written only if the log's
+                tail (0 for a missing log) equals it.
+            status: when given, set as the log's status in the same atomic write.
+            messages: outbox messages enqueued in the same atomic write (only where
+                ``Capabilities.outbox``; otherwise a non-empty value raises UnsupportedError).
+
+        Returns:
+            The new tail: the ``seq`` of the batch's last event.
+
+        Raises:
+            ConflictError: ``expect_tail`` differs from the tail (``.actual``). This check comes
+                before the key check.
+            DuplicateKeyError: a key of the batch is already in the log; ``.existing`` is the
+                stored event. Nothing of the batch is written.
+            UnsupportedError: ``messages`` given and the backend has no outbox.
+            InvalidIdentifierError, InvalidArgumentError, PayloadTooLargeError: see
+                :func:`validate_append`.
+        """
+
+    @abstractmethod
+    async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        """Events with ``seq > after`` in order, at most ``limit`` (all when None).
+
+        A missing log reads as empty.
+        """
+
+    @abstractmethod
+    async def get(self, log_id: str, key: str) -> Event | None:
+        """The event stored under ``key`` in the log, or None."""
+
+    @abstractmethod
+    async def tail(self, log_id: str) -> int:
+        """The last ``seq`` of the log; 0 for an empty or missing log."""
+
+    @abstractmethod
+    async def info(self, log_id: str) -> LogInfo | None:
+        """The log's tail and status, or None when the log does not exist."""
+
+    @abstractmethod
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        """Yield events with ``seq > after`` in order, then each new one as it commits.
+
+        Never ends by itself: stop by breaking out or cancelling. Each event is yielded once,
+        none is skipped. A watcher may start before the log exists. New events are noticed
+        through the store's notification where it has one, bounded polling otherwise.
+        """
+
+    @abstractmethod
+    async def list_logs(
+        self,
+        *,
+        prefix: str = "",
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[LogInfo]:
+        """Logs whose id starts with ``prefix`` (and whose status equals ``status``), ordered by
+        id in code-point order, ``limit`` (at most MAX_LIST_LIMIT) per page."""
+
+    @abstractmethod
+    async def delete(self, log_id: str) -> None:
+        """Delete the log, its keys and status. A missing log is a no-op; a later append
+        starts again at ``seq`` 1."""
+
+
+class Queue(ABC):
+    """At-least-once delivery with leases.
+
+    A message is *ready* (visible), *delayed* (visible from a later time), *leased* (handed to
+    one worker until its deadline) or *dead* (attempts used up). Leased messages whose
+    deadline passed are visible again. Deadlines come from the store's clock, so clock skew
+    between workers is harmless. Ready messages are handed out in order of the time they
+    became visible, then enqueue order.
+    """
+
+    @abstractmethod
+    async def enqueue(
+        self,
+        queue: str,
+        payload: bytes,
+        *,
+        delay: float = 0.0,
+        dedup_key: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> str:
+        """Add a message, visible after ``delay`` seconds.
+
+        Args:
+            dedup_key: when a *live* message (ready, delayed or leased, not yet acked nor
+                dead) of this queue carries the same key, nothing is added and that message's
+                id is returned.
+            max_attempts: deliveries before the message is dead-lettered.
+
+        Returns:
+            The message id.
+        """
+
+    @abstractmethod
+    async def claim(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        lease: float,
+        limit: int = 1,
+        wait: float = 0.0,
+    ) -> list[Lease]:
+        """Lease up to ``limit`` visible messages to ``worker`` for ``lease`` seconds.
+
+        Waits up to ``wait`` seconds for a first message when none is visible, woken by the
+        store's notification of an enqueue (or bounded polling); returns ``[]`` when none came.
+        Each delivery increments the message's attempt. A visible message that has already had
+        ``max_attempts`` deliveries is moved to the dead letters instead of being handed out.
+        """
+
+    @abstractmethod
+    async def renew(self, lease: Lease, duration: float) -> Lease:
+        """Extend the lease to ``duration`` seconds from now (store clock).
+
+        Succeeds while the token is current, even if the deadline passed, as long as nobody
+        claimed the message since.
+
+        Raises:
+            LeaseLostError: the message was claimed again, acked, or dead-lettered.
+        """
+
+    @abstractmethod
+    async def ack(self, lease: Lease) -> None:
+        """Finish the message: it is removed and its dedup key freed.
+
+        Raises:
+            LeaseLostError: the token is not current (claimed again, acked, dead-lettered).
+        """
+
+    @abstractmethod
+    async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
+        """Give the message back, visible again after ``delay`` seconds. Its attempt count is
+        kept; if it has had ``max_attempts`` deliveries it goes to the dead letters instead.
+
+        Raises:
+            LeaseLostError: the token is not current.
+        """
+
+    @abstractmethod
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        """Dead-lettered messages of the queue, oldest first, at most ``limit``."""
+
+    @abstractmethod
+    async def requeue(self, queue: str, message_id: str) -> None:
+        """Move a dead letter back to ready with its attempts reset to 0 and its id kept.
+
+        Raises:
+            NotFoundError: no dead letter with that id in the queue.
+        """
+
+
+class Stream(ABC):
+    """Ordered byte chunks, indexed densely from 0, that readers can follow and resume."""
+
+    @abstractmethod
+    async def write(
+        self, stream_id: str, chunks: Sequence[bytes], *, expect_next: int | None = None
+    ) -> int:
+        """Append chunks atomically.
+
+        Args:
+            expect_next: compare-and-set: write only if the stream's next index equals it.
+
+        Returns:
+            The stream's next index after the write.
+
+        Raises:
+            ClosedError: the stream is closed (checked before ``expect_next``).
+            ConflictError: ``expect_next`` differs (``.actual`` is the next index).
+        """
+
+    @abstractmethod
+    async def close(self, stream_id: str) -> None:
+        """Close the stream: readers finish after its last chunk. Idempotent; closing a stream
+        never written creates it closed and empty."""
+
+    @abstractmethod
+    async def info(self, stream_id: str) -> StreamInfo:
+        """The stream's next index and whether it is closed."""
+
+    @abstractmethod
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        """Yield chunks from index ``start`` in order, then new ones as they are written, and
+        end after the last chunk once the stream is closed.
+
+        A negative ``start`` counts back from the next index when the read begins (-1 is the
+        last chunk), clamped at 0. A reader may start before the stream exists. A reader that
+        lost its connection resumes with ``start`` = last index seen + 1 and misses nothing.
+        """
+
+    @abstractmethod
+    async def delete(self, stream_id: str) -> None:
+        """Delete the stream and its chunks; a missing stream is a no-op."""
+
+
+class World(ABC):
+    """One backend's log, queue and stream in one namespace.
+
+    Open with :func:`world_core.open_world` (``async with open_world() as world``); a World
+    holds connections until ``aclose``.
+    """
+
+    name: str
+    """The entry-point name of the backend (``local``, ``postgres`` ...)."""
+    namespace: str
+    log: Log
+    queue: Queue
+    stream: Stream
+
+    @property
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this backend offers beyond the required contract."""
+
+    @abstractmethod
+    def settings(self) -> Mapping[str, str]:
+        """The settings in effect, for ``world info``: credentials must be redacted."""
+
+    @abstractmethod
+    async def purge(self) -> None:
+        """Delete every log, message and stream of this namespace, and nothing else."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release connections and background tasks. Idempotent."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class WorldFactory(Protocol):
+    """What a ``workflow.worlds`` entry point refers to.
+
+    ``url`` (a connection URL or, for local files, a folder) and ``namespace`` override the
+    backend's environment settings; ``None`` means read the environment. ``namespace`` has
+    been validated by the caller. A missing required setting raises ConfigurationError naming
+    the variable to set.
+    """
+
+    def __call__(
+        self, *, url: str | None = None, namespace: str = "default"
+    ) -> Awaitable[World]: ...
