@@ -1,0 +1,208 @@
+"""The validation every backend runs first, the error tree, and the SPI records."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from world_core import errors
+from world_core.spi import (
+    MAX_ID_BYTES,
+    MAX_PAYLOAD_BYTES,
+    MAX_STATUS_BYTES,
+    Event,
+    NewEvent,
+    OutboxMessage,
+    validate_append,
+    validate_claim,
+    validate_duration,
+    validate_enqueue,
+    validate_id,
+    validate_namespace,
+    validate_write,
+)
+
+ODD_BUT_VALID = [
+    "a/b",
+    "..",
+    "../../etc/passwd",
+    "naïve ☃ 日本",
+    'it\'s "quoted"',
+    "$set",
+    "{tag}",
+    "*",
+    "a:b",
+    "'; DROP TABLE x; --",
+    " ",
+    "\n",
+    "\\",
+]
+
+
+@pytest.mark.parametrize("value", ODD_BUT_VALID)
+def test_odd_identifiers_are_data(value: str) -> None:
+    assert validate_id(value) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("", "empty"),
+        ("a\x00b", "NUL"),
+        ("\ud800", "UTF-8"),
+        ("x" * (MAX_ID_BYTES + 1), "limit"),
+        ("é" * (MAX_ID_BYTES // 2 + 1), "limit"),
+        (b"bytes", "str"),
+        (7, "str"),
+    ],
+)
+def test_bad_identifiers_are_refused_with_a_reason(value: object, fragment: str) -> None:
+    with pytest.raises(errors.InvalidIdentifierError, match=fragment):
+        validate_id(value, "log_id")
+
+
+def test_identifier_at_the_limit_is_accepted() -> None:
+    assert validate_id("x" * MAX_ID_BYTES)
+
+
+@pytest.mark.parametrize("value", ["default", "t1", "a_b", "0", "x" * 48])
+def test_namespaces_accepted(value: str) -> None:
+    assert validate_namespace(value) == value
+
+
+@pytest.mark.parametrize("value", ["", "A", "_a", "a-b", "a.b", "a/b", "x" * 49, "ä", None])
+def test_namespaces_refused_name_the_variable(value: object) -> None:
+    with pytest.raises(errors.InvalidIdentifierError, match="WORKFLOW_NAMESPACE"):
+        validate_namespace(value)
+
+
+def _append(events: list[NewEvent], **kwargs: object) -> None:
+    options: dict[str, object] = {"expect_tail": None, "status": None, "messages": ()}
+    options.update(kwargs)
+    validate_append("log", events, **options)  # type: ignore[arg-type]
+
+
+def test_append_refuses_an_empty_batch() -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="at least one"):
+        _append([])
+
+
+def test_append_refuses_a_key_twice_in_one_batch() -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="twice"):
+        _append([NewEvent(data=b"", key="k"), NewEvent(data=b"", key="k")])
+
+
+def test_append_payload_limit_counts_events_and_outbox_messages() -> None:
+    half = MAX_PAYLOAD_BYTES // 2
+    _append([NewEvent(data=b"x" * half), NewEvent(data=b"x" * half)])
+    with pytest.raises(errors.PayloadTooLargeError) as info:
+        _append(
+            [NewEvent(data=b"x" * half)],
+            messages=[OutboxMessage(queue="q", payload=b"x" * (half + 1))],
+        )
+    assert info.value.size == MAX_PAYLOAD_BYTES + 1
+    assert info.value.limit == MAX_PAYLOAD_BYTES
+    assert "blob" in str(info.value)
+
+
+@pytest.mark.parametrize("expect_tail", [-1, True, 1.0, "3"])
+def test_append_refuses_bad_expect_tail(expect_tail: object) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="expect_tail"):
+        _append([NewEvent(data=b"")], expect_tail=expect_tail)
+
+
+def test_append_status_limits() -> None:
+    _append([NewEvent(data=b"")], status="s" * MAX_STATUS_BYTES)
+    with pytest.raises(errors.InvalidIdentifierError, match="status"):
+        _append([NewEvent(data=b"")], status="s" * (MAX_STATUS_BYTES + 1))
+    with pytest.raises(errors.InvalidIdentifierError, match="status"):
+        _append([NewEvent(data=b"")], status="")
+
+
+def test_append_checks_outbox_messages() -> None:
+    with pytest.raises(errors.InvalidIdentifierError, match="queue"):
+        _append([NewEvent(data=b"")], messages=[OutboxMessage(queue="q\x00", payload=b"")])
+    with pytest.raises(errors.InvalidArgumentError, match="delay"):
+        _append([NewEvent(data=b"")], messages=[OutboxMessage(queue="q", payload=b"", delay=-1)])
+    with pytest.raises(errors.InvalidArgumentError, match="max_attempts"):
+        _append(
+            [NewEvent(data=b"")], messages=[OutboxMessage(queue="q", payload=b"", max_attempts=0)]
+        )
+
+
+def test_enqueue_validation() -> None:
+    validate_enqueue("q", b"", delay=0, dedup_key=None, max_attempts=1)
+    with pytest.raises(errors.InvalidArgumentError, match="bytes"):
+        validate_enqueue("q", "text", delay=0, dedup_key=None, max_attempts=1)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgumentError, match="delay"):
+        validate_enqueue("q", b"", delay=float("nan"), dedup_key=None, max_attempts=1)
+    with pytest.raises(errors.InvalidIdentifierError, match="dedup_key"):
+        validate_enqueue("q", b"", delay=0, dedup_key="", max_attempts=1)
+    with pytest.raises(errors.PayloadTooLargeError):
+        validate_enqueue(
+            "q", b"x" * (MAX_PAYLOAD_BYTES + 1), delay=0, dedup_key=None, max_attempts=1
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"lease": 0, "limit": 1, "wait": 0}, "lease"),
+        ({"lease": 1, "limit": 0, "wait": 0}, "limit"),
+        ({"lease": 1, "limit": 100_000, "wait": 0}, "limit"),
+        ({"lease": 1, "limit": 1, "wait": -0.1}, "wait"),
+        ({"lease": float("inf"), "limit": 1, "wait": 0}, "lease"),
+    ],
+)
+def test_claim_validation(kwargs: dict[str, float], fragment: str) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match=fragment):
+        validate_claim("q", "worker", **kwargs)  # type: ignore[arg-type]
+
+
+def test_write_validation() -> None:
+    validate_write("s", [b"", b"\x00"], expect_next=0)
+    with pytest.raises(errors.InvalidArgumentError, match="at least one"):
+        validate_write("s", [], expect_next=None)
+    with pytest.raises(errors.InvalidArgumentError, match="bytes"):
+        validate_write("s", [bytearray(b"x")], expect_next=None)  # type: ignore[list-item]
+    with pytest.raises(errors.InvalidArgumentError, match="expect_next"):
+        validate_write("s", [b""], expect_next=-1)
+    with pytest.raises(errors.PayloadTooLargeError):
+        validate_write("s", [b"x" * MAX_PAYLOAD_BYTES, b"x"], expect_next=None)
+
+
+def test_duration_accepts_ints_and_floats_only() -> None:
+    assert validate_duration(2, "delay") == 2.0
+    with pytest.raises(errors.InvalidArgumentError):
+        validate_duration(True, "delay")
+    with pytest.raises(errors.InvalidArgumentError):
+        validate_duration("1", "delay")
+
+
+def test_error_tree_has_the_documented_builtin_bases() -> None:
+    assert issubclass(errors.NotFoundError, LookupError)
+    assert issubclass(errors.ConfigurationError, ValueError)
+    assert issubclass(errors.InvalidIdentifierError, errors.InvalidArgumentError)
+    assert issubclass(errors.PayloadTooLargeError, ValueError)
+    assert issubclass(errors.UnsupportedError, NotImplementedError)
+    assert issubclass(errors.BackendUnavailableError, ConnectionError)
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), errors.WorldError)
+    for name in errors.__all__:
+        assert name in (errors.__doc__ or ""), f"{name} missing from the tree in the docstring"
+
+
+def test_errors_carry_what_the_caller_needs() -> None:
+    existing = Event(seq=3, data=b"x", key="k")
+    duplicate = errors.DuplicateKeyError("dup", key="k", existing=existing)
+    assert duplicate.existing == existing
+    conflict = errors.ConflictError("cas", expected=1, actual=4)
+    assert (conflict.expected, conflict.actual) == (1, 4)
+
+
+def test_records_are_frozen_and_strict() -> None:
+    event = Event(seq=1, data=b"x")
+    with pytest.raises(pydantic.ValidationError):
+        event.seq = 2  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError):
+        Event(seq=1, data=b"x", extra=1)  # type: ignore[call-arg]
