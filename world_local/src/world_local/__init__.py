@@ -1,1 +1,95 @@
-"""Work in progress: see the issue tracker."""
+"""The local World: logs, queues and streams in files under one folder (Linux / POSIX).
+
+The embedded default backend of `world`, and the reference a new backend author reads first.
+Several processes on one machine may share the folder. See README.md for the design.
+
+    world = await connect(url="/var/lib/myapp/world", namespace="default")
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from world_core.errors import ConfigurationError
+from world_core.spi import Capabilities, World, validate_namespace
+from world_local._log import LocalLog
+from world_local._queue import LocalQueue
+from world_local._space import Space, translate
+from world_local._stream import LocalStream
+
+__all__ = ["DEFAULT_DIR", "ENV_DIR", "LocalWorld", "connect"]
+
+ENV_DIR = "WORKFLOW_LOCAL_DIR"
+DEFAULT_DIR = ".workflow-data"
+_KINDS = ("logs", "queues", "streams")
+
+
+class LocalWorld(World):
+    """Logs, queues and streams of one namespace in ``<folder>/<namespace>/``.
+
+    Lease deadlines use this machine's clock (``time.time()``): the machine is the store.
+    """
+
+    name = "local"
+
+    def __init__(self, folder: Path, namespace: str) -> None:
+        self.folder = folder
+        self.namespace = validate_namespace(namespace)
+        self._space = Space(folder / namespace)
+        self.log = LocalLog(self._space)
+        self.queue = LocalQueue(self._space)
+        self.stream = LocalStream(self._space)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(outbox=False, shared=True, native_wakeups=False)
+
+    def settings(self) -> Mapping[str, str]:
+        return {ENV_DIR: str(self.folder), "path": str(self._space.folder)}
+
+    async def purge(self) -> None:
+        def work() -> None:
+            for kind in _KINDS:
+                shutil.rmtree(self._space.folder / kind, ignore_errors=True)
+                (self._space.folder / kind).mkdir()
+            self._space.forget()
+
+        await self._space.run(work)
+
+    async def aclose(self) -> None:
+        self._space.closed = True
+
+
+def _folder(url: str | None) -> Path:
+    raw = url if url is not None else os.environ.get(ENV_DIR) or DEFAULT_DIR
+    if raw.startswith("file:"):
+        parts = urlsplit(raw)
+        if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
+            raise ConfigurationError(
+                f"{raw!r} is not a local folder URL; use file:///absolute/path or a plain path "
+                f"(in {ENV_DIR} or --url)"
+            )
+        raw = unquote(parts.path)
+    if not raw:
+        raise ConfigurationError(f"the local World needs a folder: set {ENV_DIR}")
+    return Path(raw).expanduser().absolute()
+
+
+async def connect(*, url: str | None = None, namespace: str = "default") -> LocalWorld:
+    """Open the local World in folder ``url`` (a path or ``file://`` URL; default
+    ``$WORKFLOW_LOCAL_DIR``, else ``.workflow-data`` in the current directory).
+
+    Raises:
+        ConfigurationError: ``url`` is not a local folder.
+        BackendUnavailableError: the folder cannot be created or written.
+    """
+    validate_namespace(namespace)
+    folder = _folder(url)
+    with translate(folder):
+        for kind in _KINDS:
+            (folder / namespace / kind).mkdir(parents=True, exist_ok=True)
+    return LocalWorld(folder, namespace)

@@ -1,0 +1,232 @@
+"""Log: one framed file per log; one frame per appended batch."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
+from typing import Any
+
+from world_core.errors import (
+    ConflictError,
+    DuplicateKeyError,
+    InvalidArgumentError,
+    UnsupportedError,
+)
+from world_core.spi import (
+    MAX_LIST_LIMIT,
+    Event,
+    Log,
+    LogInfo,
+    NewEvent,
+    OutboxMessage,
+    Page,
+    validate_append,
+    validate_id,
+    validate_limit,
+)
+from world_local._files import Blob, FoldedFile, encode_frame, read_exact
+from world_local._space import POLL_MAX, POLL_MIN, Space, pause
+
+__all__ = ["LocalLog"]
+
+
+class LogFile(FoldedFile):
+    """Frames: ``{"keys": [key or null per event], "status"?: str}`` with one blob per event."""
+
+    kind = "logs"
+
+    def reset(self) -> None:
+        self.events: list[tuple[int, int, str | None]] = []  # (offset, size, key) of seq i+1
+        self.keys: dict[str, int] = {}
+        self.status: str | None = None
+
+    def apply(self, meta: dict[str, Any], blobs: list[Blob]) -> None:
+        for key, (offset, data) in zip(meta["keys"], blobs, strict=False):
+            self.events.append((offset, len(data), key))
+            if key is not None:
+                self.keys[key] = len(self.events)
+        if "status" in meta:
+            self.status = meta["status"]
+
+    @property
+    def tail(self) -> int:
+        return len(self.events)
+
+    def info(self) -> LogInfo | None:
+        return LogInfo(log_id=self.ident, tail=self.tail, status=self.status) if self.tail else None
+
+    def fetch(self, after: int, limit: int | None) -> list[Event]:
+        return self.reading(lambda fd: self.read(fd, after, limit))
+
+    def current_info(self) -> LogInfo | None:
+        return self.reading(lambda _: self.info())
+
+    def event(self, fd: int, seq: int) -> Event:
+        offset, size, key = self.events[seq - 1]
+        return Event(seq=seq, data=read_exact(fd, size, offset), key=key)
+
+    def read(self, fd: int | None, after: int, limit: int | None) -> list[Event]:
+        stop = self.tail if limit is None else min(self.tail, after + limit)
+        if fd is None:
+            return []
+        return [self.event(fd, seq) for seq in range(after + 1, stop + 1)]
+
+
+def _check_after(after: object) -> int:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidArgumentError(f"after must be an int >= 0, got {after!r}")
+    return after
+
+
+class LocalLog(Log):
+    def __init__(self, space: Space) -> None:
+        self._space = space
+
+    def _file(self, log_id: str) -> LogFile:
+        return self._space.file(LogFile, log_id)
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
+        if messages:
+            raise UnsupportedError("the local World has no outbox; enqueue after the append")
+        meta: dict[str, Any] = {"keys": [event.key for event in events]}
+        if status is not None:
+            meta["status"] = status
+        frame = encode_frame(meta, [event.data for event in events])
+        file = self._file(log_id)
+
+        def work(fd: int | None) -> int:
+            assert fd is not None
+            if expect_tail is not None and expect_tail != file.tail:
+                raise ConflictError(
+                    f"log {log_id!r} has tail {file.tail}, not {expect_tail}: read it and retry",
+                    expected=expect_tail,
+                    actual=file.tail,
+                )
+            for event in events:
+                if event.key is not None and event.key in file.keys:
+                    existing = file.event(fd, file.keys[event.key])
+                    raise DuplicateKeyError(
+                        f"log {log_id!r} already holds key {event.key!r} (seq {existing.seq}); "
+                        "nothing of the batch was written",
+                        key=event.key,
+                        existing=existing,
+                    )
+            file.commit(fd, frame)
+            return file.tail
+
+        tail = await self._space.run(lambda: file.writing(work))
+        self._space.changed(LogFile.kind, log_id)
+        return tail
+
+    async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        validate_id(log_id, "log_id")
+        _check_after(after)
+        validate_limit(limit)
+        file = self._file(log_id)
+        return await self._space.run(partial(file.fetch, after, limit))
+
+    async def get(self, log_id: str, key: str) -> Event | None:
+        validate_id(log_id, "log_id")
+        validate_id(key, "key")
+        file = self._file(log_id)
+
+        def work(fd: int | None) -> Event | None:
+            seq = file.keys.get(key)
+            return None if fd is None or seq is None else file.event(fd, seq)
+
+        return await self._space.run(lambda: file.reading(work))
+
+    async def tail(self, log_id: str) -> int:
+        validate_id(log_id, "log_id")
+        file = self._file(log_id)
+        return await self._space.run(lambda: file.reading(lambda _: file.tail))
+
+    async def info(self, log_id: str) -> LogInfo | None:
+        validate_id(log_id, "log_id")
+        file = self._file(log_id)
+        return await self._space.run(lambda: file.reading(lambda _: file.info()))
+
+    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        validate_id(log_id, "log_id")
+        _check_after(after)
+        file = self._file(log_id)
+        delay = POLL_MIN
+        while True:
+            changed = self._space.event(LogFile.kind, log_id)
+            batch = await self._space.run(partial(file.fetch, after, 100))
+            for event in batch:
+                yield event
+                after = event.seq
+            if batch:
+                delay = POLL_MIN
+                continue
+            await pause(changed, delay)
+            delay = min(delay * 2, POLL_MAX)
+
+    async def list_logs(
+        self,
+        *,
+        prefix: str = "",
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[LogInfo]:
+        if not isinstance(prefix, str):
+            raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
+        if status is not None:
+            validate_id(status, "status")
+        after = _decode_cursor(cursor)
+        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        folder = self._space.folder / LogFile.kind
+
+        def work() -> Page[LogInfo]:
+            names = [n for n in os.listdir(folder) if not n.startswith(".")]
+            ids = sorted(
+                ident
+                for ident in (self._space.ident_of(LogFile, folder / name) for name in names)
+                if ident is not None and ident.startswith(prefix) and ident > after
+            )
+            found: list[LogInfo] = []
+            for ident in ids:
+                info = self._file(ident).current_info()
+                if info is not None and (status is None or info.status == status):
+                    found.append(info)
+                    if len(found) > limit:
+                        break
+            if len(found) > limit:
+                return Page(items=found[:limit], next_cursor=found[limit - 1].log_id.encode().hex())
+            return Page(items=found)
+
+        return await self._space.run(work)
+
+    async def delete(self, log_id: str) -> None:
+        validate_id(log_id, "log_id")
+        file = self._file(log_id)
+
+        def work(fd: int | None) -> None:
+            if fd is not None:
+                file.remove()
+
+        await self._space.run(lambda: file.writing(work, create=False))
+        self._space.changed(LogFile.kind, log_id)
+
+
+def _decode_cursor(cursor: str | None) -> str:
+    if cursor is None:
+        return ""
+    try:
+        return bytes.fromhex(cursor).decode("utf-8")
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgumentError(
+            f"cursor {cursor!r} is not one this World returned; pass next_cursor unchanged"
+        ) from exc
