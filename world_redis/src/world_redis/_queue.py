@@ -1,0 +1,193 @@
+"""The Queue on Redis: sorted sets by visible-at and deadline, one script per transition."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from world_core.errors import InvalidArgumentError, LeaseLostError, NotFoundError
+from world_core.spi import (
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_LIST_LIMIT,
+    DeadLetter,
+    Lease,
+    Queue,
+    validate_claim,
+    validate_duration,
+    validate_enqueue,
+    validate_id,
+    validate_limit,
+)
+from world_redis import _scripts as S
+from world_redis._conn import BLOCK_SECONDS, Connection, translate
+from world_redis._keys import Keys
+
+__all__ = ["RedisQueue", "micros"]
+
+# About 31 years: longer delays and leases are "never" in practice, and stay exact integers
+# in Lua's doubles and Redis' 64-bit replies.
+_MAX_MICROS = 10**15
+
+
+def micros(seconds: float) -> int:
+    """Seconds (validated, finite, >= 0) as integer microseconds, capped at ~31 years."""
+    return min(round(seconds * 1_000_000), _MAX_MICROS)
+
+
+def _lost(lease: Lease, what: str) -> LeaseLostError:
+    return LeaseLostError(
+        f"{what}: the lease on message {lease.message_id!r} of queue {lease.queue!r} is no "
+        "longer current (claimed again, acked or dead-lettered); stop working on it"
+    )
+
+
+def _check_lease(lease: object) -> Lease:
+    if not isinstance(lease, Lease):
+        raise InvalidArgumentError(f"expected a Lease, got {type(lease).__name__}")
+    validate_id(lease.queue, "queue")
+    validate_id(lease.message_id, "message_id")
+    return lease
+
+
+class RedisQueue(Queue):
+    def __init__(self, conn: Connection, keys: Keys) -> None:
+        self._conn = conn
+        self._keys = keys
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: bytes,
+        *,
+        delay: float = 0.0,
+        dedup_key: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> str:
+        validate_enqueue(
+            queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
+        )
+        with translate("enqueue"):
+            message_id = await self._conn.run(
+                S.ENQUEUE,
+                self._keys.queue(queue),
+                [payload, micros(delay), dedup_key or "", max_attempts],
+            )
+        return bytes(message_id).decode()
+
+    async def _claim_once(
+        self, queue: str, lease: float, limit: int
+    ) -> tuple[list[Lease], float | None]:
+        with translate("claim"):
+            reply: list[Any] = await self._conn.run(
+                S.CLAIM, self._keys.queue(queue), [micros(lease), limit]
+            )
+        deadline = int(reply[0]) / 1_000_000
+        leases = [
+            Lease(
+                queue=queue,
+                message_id=reply[i].decode(),
+                payload=reply[i + 1],
+                attempt=int(reply[i + 2]),
+                max_attempts=int(reply[i + 3]),
+                token=reply[i + 4].decode(),
+                deadline=deadline,
+            )
+            for i in range(2, len(reply), 5)
+        ]
+        wait_us = int(reply[1])
+        return leases, (wait_us / 1_000_000 if wait_us >= 0 else None)
+
+    async def claim(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        lease: float,
+        limit: int = 1,
+        wait: float = 0.0,
+    ) -> list[Lease]:
+        validate_claim(queue, worker, lease=lease, limit=limit, wait=wait)
+        leases, next_due = await self._claim_once(queue, lease, limit)
+        if leases or wait <= 0:
+            return leases
+        give_up = time.monotonic() + wait
+        signal = self._keys.queue_signal(queue)
+        while True:
+            remaining = give_up - time.monotonic()
+            if remaining <= 0:
+                return []
+            # Sleep on the queue's signal list until an enqueue/release/requeue pushes a token,
+            # or until the next delayed message or lease deadline is due.
+            timeout = min(remaining, BLOCK_SECONDS)
+            if next_due is not None:
+                timeout = min(timeout, next_due)
+            if timeout > 0:
+                with translate("claim wait"):
+                    await self._conn.block("BLPOP", signal, max(timeout, 0.001))
+            leases, next_due = await self._claim_once(queue, lease, limit)
+            if leases:
+                return leases
+
+    async def renew(self, lease: Lease, duration: float) -> Lease:
+        lease = _check_lease(lease)
+        validate_duration(duration, "duration")
+        with translate("renew"):
+            deadline = int(
+                await self._conn.run(
+                    S.RENEW,
+                    self._keys.queue(lease.queue),
+                    [lease.message_id, lease.token, micros(duration)],
+                )
+            )
+        if deadline < 0:
+            raise _lost(lease, "renew")
+        return lease.model_copy(update={"deadline": deadline / 1_000_000})
+
+    async def ack(self, lease: Lease) -> None:
+        lease = _check_lease(lease)
+        with translate("ack"):
+            done = await self._conn.run(
+                S.ACK, self._keys.queue(lease.queue), [lease.message_id, lease.token]
+            )
+        if not int(done):
+            raise _lost(lease, "ack")
+
+    async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
+        lease = _check_lease(lease)
+        validate_duration(delay, "delay")
+        with translate("release"):
+            done = await self._conn.run(
+                S.RELEASE,
+                self._keys.queue(lease.queue),
+                [lease.message_id, lease.token, micros(delay)],
+            )
+        if not int(done):
+            raise _lost(lease, "release")
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        validate_id(queue, "queue")
+        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        with translate("dead_letters"):
+            reply: list[Any] = await self._conn.run(
+                S.DEAD_LETTERS, self._keys.queue(queue), [limit]
+            )
+        return [
+            DeadLetter(
+                queue=queue,
+                message_id=reply[i].decode(),
+                payload=reply[i + 1],
+                attempts=int(reply[i + 2]),
+                reason=reply[i + 3].decode("utf-8"),
+            )
+            for i in range(0, len(reply), 4)
+        ]
+
+    async def requeue(self, queue: str, message_id: str) -> None:
+        validate_id(queue, "queue")
+        validate_id(message_id, "message_id")
+        with translate("requeue"):
+            done = await self._conn.run(S.REQUEUE, self._keys.queue(queue), [message_id])
+        if not int(done):
+            raise NotFoundError(
+                f"queue {queue!r} has no dead letter {message_id!r}: list them with dead_letters()"
+            )

@@ -1,0 +1,391 @@
+"""Server-side Lua: every multi-key operation is one script, so it is atomic on the server.
+
+Scripts run with EVALSHA and fall back to EVAL on NOSCRIPT (a restarted server, a cluster node
+that never saw the script); EVAL caches the script on that node again. Redis 7 replicates a
+script's effects, not the script, so ``TIME`` may be called before writes.
+
+Key layout passed in ``KEYS`` (see ``_keys``); all keys of one script share one hash tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+__all__ = ["Script"]
+
+
+@dataclass(frozen=True)
+class Script:
+    """A Lua script and its SHA-1, for EVALSHA."""
+
+    name: str
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+
+# Shared helpers. Times are integer microseconds of the server clock.
+_PRELUDE = r"""
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function fmt(n) return string.format('%d', n) end
+"""
+
+# Queue keys, 10 from offset b: V visible/delayed zset (score: visible-at), L leased zset
+# (score: deadline), Z dead zset (score: dead-at), P payloads, S state "attempts:max:token",
+# DK id -> dedup key, DD dedup key -> id (live messages only), N id/token counter,
+# G wake-up signal list, R dead reasons.
+_QUEUE = r"""
+local function qk(b)
+  return {V=KEYS[b], L=KEYS[b+1], Z=KEYS[b+2], P=KEYS[b+3], S=KEYS[b+4], DK=KEYS[b+5],
+          DD=KEYS[b+6], N=KEYS[b+7], G=KEYS[b+8], R=KEYS[b+9]}
+end
+local function q_signal(q)
+  -- One token per visibility change wakes one BLPOP waiter; the list stays short.
+  redis.call('LPUSH', q.G, '1')
+  redis.call('LTRIM', q.G, 0, 63)
+end
+local function q_state(q, id)
+  local s = redis.call('HGET', q.S, id)
+  if not s then return nil end
+  local a, x, t = string.match(s, '^(%d+):(%d+):(.*)$')
+  return tonumber(a), tonumber(x), t
+end
+local function q_free_dedup(q, id)
+  local k = redis.call('HGET', q.DK, id)
+  if k and redis.call('HGET', q.DD, k) == id then redis.call('HDEL', q.DD, k) end
+end
+local function q_dead(q, now, id, a, x, reason)
+  redis.call('ZREM', q.V, id)
+  redis.call('ZREM', q.L, id)
+  redis.call('ZADD', q.Z, now, id)
+  redis.call('HSET', q.S, id, a .. ':' .. x .. ':')
+  redis.call('HSET', q.R, id, reason)
+  q_free_dedup(q, id)
+end
+local function q_enqueue(q, now, payload, delay, dedup, maxa)
+  if dedup ~= '' then
+    local existing = redis.call('HGET', q.DD, dedup)
+    if existing then return existing end
+  end
+  local id = string.format('%016d', redis.call('INCR', q.N))
+  redis.call('HSET', q.P, id, payload)
+  redis.call('HSET', q.S, id, '0:' .. maxa .. ':')
+  if dedup ~= '' then
+    redis.call('HSET', q.DK, id, dedup)
+    redis.call('HSET', q.DD, dedup, id)
+  end
+  redis.call('ZADD', q.V, now + tonumber(delay), id)
+  q_signal(q)
+  return id
+end
+"""
+
+ENQUEUE = Script(
+    "enqueue",
+    _PRELUDE
+    + _QUEUE
+    + r"""
+-- ARGV: payload, delay_us, dedup ('' none), max_attempts
+return q_enqueue(qk(1), now_us(), ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+""",
+)
+
+CLAIM = Script(
+    "claim",
+    _PRELUDE
+    + _QUEUE
+    + r"""
+-- ARGV: lease_us, limit. Returns {deadline, wait_us, id, payload, attempt, max, token, ...};
+-- wait_us is -1 when nothing is pending, else how long until the next message may be visible.
+local q = qk(1)
+local now = now_us()
+-- Expired leases become visible again at their deadline (bounded sweep per call).
+local exp = redis.call('ZRANGE', q.L, '-inf', now, 'BYSCORE', 'LIMIT', 0, 1000, 'WITHSCORES')
+for i = 1, #exp, 2 do
+  redis.call('ZADD', q.V, exp[i + 1], exp[i])
+  redis.call('ZREM', q.L, exp[i])
+end
+local limit = tonumber(ARGV[2])
+local deadline = now + tonumber(ARGV[1])
+local out = {deadline, 0}
+local got = 0
+while got < limit do
+  local ids = redis.call('ZRANGE', q.V, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit - got)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local a, x = q_state(q, id)
+    if a >= x then
+      q_dead(q, now, id, a, x, 'delivered ' .. a .. ' times, max_attempts is ' .. x)
+    else
+      a = a + 1
+      local tok = fmt(redis.call('INCR', q.N))
+      redis.call('HSET', q.S, id, a .. ':' .. x .. ':' .. tok)
+      redis.call('ZREM', q.V, id)
+      redis.call('ZADD', q.L, deadline, id)
+      got = got + 1
+      out[#out + 1] = id
+      out[#out + 1] = redis.call('HGET', q.P, id)
+      out[#out + 1] = a
+      out[#out + 1] = x
+      out[#out + 1] = tok
+    end
+  end
+end
+if got == 0 then
+  local nxt = -1
+  local v1 = redis.call('ZRANGE', q.V, 0, 0, 'WITHSCORES')
+  local l1 = redis.call('ZRANGE', q.L, 0, 0, 'WITHSCORES')
+  if #v1 > 0 then nxt = tonumber(v1[2]) end
+  if #l1 > 0 and (nxt < 0 or tonumber(l1[2]) < nxt) then nxt = tonumber(l1[2]) end
+  if nxt >= 0 then nxt = math.max(nxt - now, 0) end
+  out[2] = nxt
+end
+return out
+""",
+)
+
+RENEW = Script(
+    "renew",
+    _PRELUDE
+    + _QUEUE
+    + r"""
+-- ARGV: id, token, duration_us. Returns the new deadline, or -1 when the token is not current.
+local q = qk(1)
+local a, x, t = q_state(q, ARGV[1])
+if not a or t == '' or t ~= ARGV[2] then return -1 end
+local deadline = now_us() + tonumber(ARGV[3])
+-- An expired lease may have been swept back to visible; nobody claimed it, so take it back.
+redis.call('ZREM', q.V, ARGV[1])
+redis.call('ZADD', q.L, deadline, ARGV[1])
+return deadline
+""",
+)
+
+ACK = Script(
+    "ack",
+    _PRELUDE
+    + _QUEUE
+    + r"""
+-- ARGV: id, token. Returns 1, or 0 when the token is not current.
+local q = qk(1)
+local id = ARGV[1]
+local a, x, t = q_state(q, id)
+if not a or t == '' or t ~= ARGV[2] then return 0 end
+q_free_dedup(q, id)
+redis.call('ZREM', q.L, id)
+redis.call('ZREM', q.V, id)
+redis.call('HDEL', q.P, id)
+redis.call('HDEL', q.S, id)
+redis.call('HDEL', q.DK, id)
+return 1
+""",
+)
+
+RELEASE = Script(
+    "release",
+    _PRELUDE
+    + _QUEUE
+    + r"""
+-- ARGV: id, token, delay_us. Returns 1, or 0 when the token is not current.
+local q = qk(1)
+local id = ARGV[1]
+local a, x, t = q_state(q, id)
+if not a or t == '' or t ~= ARGV[2] then return 0 end
+local now = now_us()
+if a >= x then
+  q_dead(q, now, id, a, x, 'released after delivery ' .. a .. ' of max_attempts ' .. x)
+  return 1
+end
+redis.call('ZREM', q.L, id)
+redis.call('HSET', q.S, id, a .. ':' .. x .. ':')
+redis.call('ZADD', q.V, now + tonumber(ARGV[3]), id)
+q_signal(q)
+return 1
+""",
+)
+
+DEAD_LETTERS = Script(
+    "dead_letters",
+    _PRELUDE
+    + _QUEUE
+    + r"""
+-- ARGV: limit. Returns {id, payload, attempts, reason, ...}, oldest first.
+local q = qk(1)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGE', q.Z, 0, tonumber(ARGV[1]) - 1)) do
+  local a = q_state(q, id)
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGET', q.P, id)
+  out[#out + 1] = a
+  out[#out + 1] = redis.call('HGET', q.R, id) or ''
+end
+return out
+""",
+)
+
+REQUEUE = Script(
+    "requeue",
+    _PRELUDE
+    + _QUEUE
+    + r"""
+-- ARGV: id. Returns 1, or 0 when there is no such dead letter.
+local q = qk(1)
+local id = ARGV[1]
+if not redis.call('ZSCORE', q.Z, id) then return 0 end
+local a, x = q_state(q, id)
+redis.call('ZREM', q.Z, id)
+redis.call('HDEL', q.R, id)
+redis.call('HSET', q.S, id, '0:' .. x .. ':')
+local k = redis.call('HGET', q.DK, id)
+-- Take the dedup key back only if no other live message holds it meanwhile.
+if k then redis.call('HSETNX', q.DD, k, id) end
+redis.call('ZADD', q.V, now_us(), id)
+q_signal(q)
+return 1
+""",
+)
+
+# Log keys: X the events (a Redis stream, entry id "<seq>-0", fields d=data [k=key]),
+# K key -> seq, M meta (st: status, r: registered in the namespace registry, cluster only).
+# On a single node KEYS[4], KEYS[5] are the namespace registry and status index and are
+# updated in the same script; in a cluster they live in other slots (see _log).
+APPEND = Script(
+    "append",
+    _PRELUDE
+    + _QUEUE
+    + r"""
+-- ARGV: expect_tail ('' none), has_status, status, log_id, indexed, n, n*(key, data),
+--       m, m*(payload, delay_us, dedup, max_attempts); outbox queue keys from KEYS[6], 10 each.
+local X, K, M = KEYS[1], KEYS[2], KEYS[3]
+local tail = redis.call('XLEN', X)
+if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= tail then return {'conflict', tail} end
+local n = tonumber(ARGV[6])
+for i = 0, n - 1 do
+  local key = ARGV[7 + 2 * i]
+  if key ~= '' then
+    local seq = redis.call('HGET', K, key)
+    if seq then
+      local e = redis.call('XRANGE', X, seq .. '-0', seq .. '-0')
+      return {'dup', key, tonumber(seq), e[1][2][2]}
+    end
+  end
+end
+for i = 0, n - 1 do
+  local key, data = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+  local id = fmt(tail + i + 1) .. '-0'
+  if key ~= '' then
+    redis.call('XADD', X, id, 'd', data, 'k', key)
+    redis.call('HSET', K, key, tail + i + 1)
+  else
+    redis.call('XADD', X, id, 'd', data)
+  end
+end
+local log_id, indexed = ARGV[4], ARGV[5] == '1'
+if ARGV[2] == '1' then
+  local old = redis.call('HGET', M, 'st')
+  redis.call('HSET', M, 'st', ARGV[3])
+  if indexed and old ~= ARGV[3] then
+    if old then redis.call('ZREM', KEYS[5], old .. '\0' .. log_id) end
+    redis.call('ZADD', KEYS[5], 0, ARGV[3] .. '\0' .. log_id)
+  end
+end
+local registered = 1
+if indexed then
+  if tail == 0 then redis.call('ZADD', KEYS[4], 0, log_id) end
+elseif not redis.call('HGET', M, 'r') then
+  registered = 0
+end
+local pos = 7 + 2 * n
+local m = tonumber(ARGV[pos])
+if m > 0 then
+  local now = now_us()
+  for j = 0, m - 1 do
+    local p = pos + 1 + 4 * j
+    q_enqueue(qk(6 + 10 * j), now, ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3])
+  end
+end
+return {'ok', tail + n, registered}
+""",
+)
+
+LOG_GET = Script(
+    "log_get",
+    r"""
+-- KEYS: X, K. ARGV: key. Returns {seq, data} or nil.
+local seq = redis.call('HGET', KEYS[2], ARGV[1])
+if not seq then return nil end
+local e = redis.call('XRANGE', KEYS[1], seq .. '-0', seq .. '-0')
+if #e == 0 then return nil end
+return {tonumber(seq), e[1][2][2]}
+""",
+)
+
+LOG_INFO = Script(
+    "log_info",
+    r"""
+-- KEYS: X, M. Returns {tail, status or nil}.
+return {redis.call('XLEN', KEYS[1]), redis.call('HGET', KEYS[2], 'st')}
+""",
+)
+
+LOG_DELETE = Script(
+    "log_delete",
+    r"""
+-- KEYS: X, K, M [, registry, status index]. ARGV: log_id, indexed.
+local st = redis.call('HGET', KEYS[3], 'st')
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+if ARGV[2] == '1' then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  if st then redis.call('ZREM', KEYS[5], st .. '\0' .. ARGV[1]) end
+end
+return 1
+""",
+)
+
+LOG_MARK_REGISTERED = Script(
+    "log_mark_registered",
+    r"""
+-- KEYS: X, M. Cluster only: the registry entry was written after the append committed.
+-- Marking a log that was deleted meanwhile would hide its next incarnation from repair.
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[2], 'r', '1') end
+return 1
+""",
+)
+
+# Stream keys: X the chunks (a Redis stream, chunk index i at entry id "<i+1>-0", field d; a
+# close adds one last entry with field c), M meta (n: next index, c: closed).
+STREAM_WRITE = Script(
+    "stream_write",
+    _PRELUDE
+    + r"""
+-- ARGV: expect_next ('' none), chunks... Returns {'ok', next} | {'closed'} | {'conflict', next}.
+if redis.call('HGET', KEYS[2], 'c') then return {'closed'} end
+local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
+if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= n then return {'conflict', n} end
+for i = 2, #ARGV do
+  redis.call('XADD', KEYS[1], fmt(n + i - 1) .. '-0', 'd', ARGV[i])
+end
+n = n + #ARGV - 1
+redis.call('HSET', KEYS[2], 'n', n)
+return {'ok', n}
+""",
+)
+
+STREAM_CLOSE = Script(
+    "stream_close",
+    _PRELUDE
+    + r"""
+-- KEYS: X, M. The close marker wakes blocked readers through the same XREAD they wait on.
+if redis.call('HGET', KEYS[2], 'c') then return 0 end
+local n = tonumber(redis.call('HGET', KEYS[2], 'n') or '0')
+redis.call('XADD', KEYS[1], fmt(n + 1) .. '-0', 'c', '1')
+redis.call('HSET', KEYS[2], 'c', '1', 'n', n)
+return 1
+""",
+)
