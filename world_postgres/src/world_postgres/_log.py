@@ -1,0 +1,279 @@
+"""Log: events rows, dense seq settled by the primary key, watch through LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+
+import asyncpg
+
+from world_core.errors import (
+    BackendUnavailableError,
+    ConflictError,
+    DuplicateKeyError,
+    InvalidArgumentError,
+)
+from world_core.spi import (
+    MAX_LIST_LIMIT,
+    Event,
+    Log,
+    LogInfo,
+    NewEvent,
+    OutboxMessage,
+    Page,
+    validate_append,
+    validate_id,
+    validate_limit,
+)
+from world_postgres._db import Conn, Database, tag
+from world_postgres._notify import Listener
+from world_postgres._wait import Waiter
+
+__all__ = ["PostgresLog"]
+
+_WATCH_BATCH = 256
+# Appenders racing for the same seq retry at once; this bounds a pathological pile-up.
+_MAX_SEQ_RACES = 10_000
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix`` (None: none)."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars[-1]) + 1
+        if code == 0xD800:
+            code = 0xE000  # surrogates cannot be stored; skip them
+        if code <= 0x10FFFF:
+            chars[-1] = chr(code)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
+class PostgresLog(Log):
+    def __init__(self, db: Database, listener: Listener) -> None:
+        self._db = db
+        self._listener = listener
+        sql = db.sql
+        self._append = sql(
+            "SELECT o_tail, o_actual, o_dup_seq, o_dup_key, o_dup_data FROM @s@.append("
+            "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+        )
+        self._read = sql(
+            "SELECT seq, key, data FROM @s@.events WHERE log_id = $1 AND seq > $2"
+            " ORDER BY seq LIMIT $3"
+        )
+        self._get = sql("SELECT seq, key, data FROM @s@.events WHERE log_id = $1 AND key = $2")
+        self._tail = sql("SELECT coalesce(max(seq), 0) FROM @s@.events WHERE log_id = $1")
+        self._info = sql(
+            "SELECT l.status, (SELECT coalesce(max(e.seq), 0) FROM @s@.events e"
+            " WHERE e.log_id = l.log_id) FROM @s@.logs l WHERE l.log_id = $1"
+        )
+        self._list = sql(
+            "SELECT l.log_id, l.status, (SELECT coalesce(max(e.seq), 0) FROM @s@.events e"
+            " WHERE e.log_id = l.log_id) FROM @s@.logs l"
+            " WHERE l.log_id >= $1 AND ($2::text IS NULL OR l.log_id < $2)"
+            " AND ($3::text IS NULL OR l.status = $3) AND ($4::text IS NULL OR l.log_id > $4)"
+            " ORDER BY l.log_id LIMIT $5"
+        )
+        self._delete = sql("SELECT @s@.delete_log($1)")
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
+        data = [event.data for event in events]
+        keys = [event.key for event in events]
+        has_keys = any(key is not None for key in keys)
+        batch = uuid.uuid4()
+        mids = [uuid.uuid4().hex for _ in messages] if messages else None
+        margs: list[object] = [None] * 6
+        if messages:
+            margs = [
+                [m.queue for m in messages],
+                [m.payload for m in messages],
+                [float(m.delay) for m in messages],
+                [m.dedup_key for m in messages],
+                [m.max_attempts for m in messages],
+                [tag("q", m.queue) for m in messages],
+            ]
+        log_tag = tag("l", log_id)
+
+        async def op(conn: Conn, retried: bool) -> int:
+            for _ in range(_MAX_SEQ_RACES):
+                try:
+                    row = await conn.fetchrow(
+                        self._append,
+                        log_id,
+                        data,
+                        keys if has_keys else None,
+                        expect_tail,
+                        status,
+                        batch,
+                        retried,
+                        log_tag,
+                        mids,
+                        *margs,
+                    )
+                except asyncpg.UniqueViolationError as exc:
+                    if exc.constraint_name == "events_pkey":
+                        continue  # another appender took this seq first: count again
+                    if exc.constraint_name == "events_key":
+                        existing = await self._first_existing(conn, log_id, keys)
+                        if existing is not None:
+                            raise self._duplicate(log_id, existing) from exc
+                    raise
+                if row["o_tail"] is not None:
+                    return int(row["o_tail"])
+                if row["o_actual"] is not None:
+                    actual = int(row["o_actual"])
+                    raise ConflictError(
+                        f"log {log_id!r} has tail {actual}, not the expected {expect_tail}; "
+                        "read the new events and decide again",
+                        expected=expect_tail if expect_tail is not None else -1,
+                        actual=actual,
+                    )
+                existing = Event(
+                    seq=row["o_dup_seq"], key=row["o_dup_key"], data=bytes(row["o_dup_data"])
+                )
+                raise self._duplicate(log_id, existing)
+            raise BackendUnavailableError(
+                f"append to log {log_id!r} lost the race for a seq {_MAX_SEQ_RACES} times; "
+                "nothing was written, retry later"
+            )
+
+        return await self._db.run("append", op)
+
+    @staticmethod
+    def _duplicate(log_id: str, existing: Event) -> DuplicateKeyError:
+        return DuplicateKeyError(
+            f"event key {existing.key!r} already exists in log {log_id!r} at seq "
+            f"{existing.seq}; nothing of the batch was written (read .existing to reuse it)",
+            key=existing.key or "",
+            existing=existing,
+        )
+
+    async def _first_existing(
+        self, conn: Conn, log_id: str, keys: list[str | None]
+    ) -> Event | None:
+        rows = await conn.fetch(
+            self._db.sql(
+                "SELECT seq, key, data FROM @s@.events WHERE log_id = $1 AND key = ANY ($2)"
+                " ORDER BY seq LIMIT 1"
+            ),
+            log_id,
+            [key for key in keys if key is not None],
+        )
+        return _event(rows[0]) if rows else None
+
+    async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        validate_id(log_id, "log_id")
+        _check_after(after)
+        validate_limit(limit)
+
+        async def op(conn: Conn, retried: bool) -> list[Event]:
+            rows = await conn.fetch(self._read, log_id, after, limit)
+            return [_event(row) for row in rows]
+
+        return await self._db.run("read", op)
+
+    async def get(self, log_id: str, key: str) -> Event | None:
+        validate_id(log_id, "log_id")
+        validate_id(key, "key")
+
+        async def op(conn: Conn, retried: bool) -> Event | None:
+            row = await conn.fetchrow(self._get, log_id, key)
+            return None if row is None else _event(row)
+
+        return await self._db.run("get", op)
+
+    async def tail(self, log_id: str) -> int:
+        validate_id(log_id, "log_id")
+
+        async def op(conn: Conn, retried: bool) -> int:
+            return int(await conn.fetchval(self._tail, log_id))
+
+        return await self._db.run("tail", op)
+
+    async def info(self, log_id: str) -> LogInfo | None:
+        validate_id(log_id, "log_id")
+
+        async def op(conn: Conn, retried: bool) -> LogInfo | None:
+            row = await conn.fetchrow(self._info, log_id)
+            if row is None:
+                return None
+            return LogInfo(log_id=log_id, tail=int(row[1]), status=row[0])
+
+        return await self._db.run("info", op)
+
+    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        validate_id(log_id, "log_id")
+        _check_after(after)
+        with self._listener.subscribe(tag("l", log_id)) as event:
+            waiter = Waiter(self._listener, event)
+            await waiter.start()
+            position = after
+            while True:
+                waiter.arm()
+                pos = position
+
+                async def op(conn: Conn, retried: bool, pos: int = pos) -> list[Event]:
+                    rows = await conn.fetch(self._read, log_id, pos, _WATCH_BATCH)
+                    return [_event(row) for row in rows]
+
+                batch = await self._db.run("watch", op)
+                for item in batch:
+                    position = item.seq
+                    yield item
+                if len(batch) < _WATCH_BATCH:
+                    await waiter.sleep()
+
+    async def list_logs(
+        self,
+        *,
+        prefix: str = "",
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[LogInfo]:
+        if not isinstance(prefix, str):
+            raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
+        if prefix:
+            validate_id(prefix, "prefix")
+        if status is not None:
+            validate_id(status, "status")
+        if cursor is not None:
+            validate_id(cursor, "cursor")
+        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        end = _prefix_end(prefix)
+
+        async def op(conn: Conn, retried: bool) -> Page[LogInfo]:
+            rows = await conn.fetch(self._list, prefix, end, status, cursor, limit + 1)
+            items = [LogInfo(log_id=r[0], status=r[1], tail=int(r[2])) for r in rows[:limit]]
+            more = len(rows) > limit
+            return Page(items=items, next_cursor=items[-1].log_id if more else None)
+
+        return await self._db.run("list_logs", op)
+
+    async def delete(self, log_id: str) -> None:
+        validate_id(log_id, "log_id")
+
+        async def op(conn: Conn, retried: bool) -> None:
+            await conn.execute(self._delete, log_id)
+
+        await self._db.run("delete", op)
+
+
+def _event(row: asyncpg.Record) -> Event:
+    return Event(seq=int(row[0]), key=row[1], data=bytes(row[2]))
+
+
+def _check_after(after: object) -> None:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidArgumentError(f"after must be an int >= 0, got {after!r}")

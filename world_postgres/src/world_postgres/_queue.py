@@ -1,0 +1,331 @@
+"""Queue: message rows claimed with FOR UPDATE SKIP LOCKED, fenced by a per-claim token."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from world_core.errors import InvalidArgumentError, LeaseLostError, NotFoundError
+from world_core.spi import (
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_LIST_LIMIT,
+    DeadLetter,
+    Lease,
+    Queue,
+    validate_claim,
+    validate_duration,
+    validate_enqueue,
+    validate_id,
+    validate_limit,
+)
+from world_postgres._db import Conn, Database, tag
+from world_postgres._notify import Listener
+from world_postgres._wait import Waiter
+
+__all__ = ["PostgresQueue"]
+
+# While visible messages exist but other claimers hold them all, look again this often.
+_BUSY_RETRY_SECONDS = 0.02
+
+
+def _token(lease: Lease) -> uuid.UUID | None:
+    if not isinstance(lease, Lease):
+        raise InvalidArgumentError(f"expected a Lease, got {type(lease).__name__}")
+    validate_id(lease.queue, "queue")
+    validate_id(lease.message_id, "message_id")
+    try:
+        return uuid.UUID(lease.token)
+    except ValueError:
+        return None  # not a token this backend issued: never current
+
+
+class PostgresQueue(Queue):
+    def __init__(self, db: Database, listener: Listener) -> None:
+        self._db = db
+        self._listener = listener
+        sql = db.sql
+        self._enqueue = sql("SELECT @s@.enqueue($1, $2, $3, $4, $5, $6, $7)")
+        # Exhausted messages among the picked ones are dead-lettered and come back flagged, so
+        # the caller claims again for the rest instead of this scanning the whole queue.
+        self._claim = sql(
+            """
+            WITH pick AS (
+                SELECT m.id, m.visible_at AS v, m.seq AS s,
+                       m.attempts >= m.max_attempts AS exhausted
+                FROM @s@.messages m
+                WHERE m.queue = $1 AND m.dead_at IS NULL AND m.visible_at <= now()
+                ORDER BY m.visible_at, m.seq
+                LIMIT $4
+                FOR UPDATE SKIP LOCKED
+            ), done AS (
+                UPDATE @s@.messages m
+                SET attempts = CASE WHEN p.exhausted THEN m.attempts ELSE m.attempts + 1 END,
+                    token = CASE WHEN p.exhausted THEN NULL ELSE gen_random_uuid() END,
+                    last_token = m.token,
+                    visible_at = CASE WHEN p.exhausted THEN m.visible_at
+                                      ELSE now() + $3::float8 * interval '1 second' END,
+                    worker = CASE WHEN p.exhausted THEN m.worker ELSE $2 END,
+                    dead_at = CASE WHEN p.exhausted THEN clock_timestamp() END,
+                    reason = CASE WHEN p.exhausted THEN
+                        'delivered ' || m.attempts || ' times (max_attempts '
+                        || m.max_attempts || ') and the last lease expired' END
+                FROM pick p
+                WHERE m.id = p.id
+                RETURNING m.id, m.payload, m.attempts, m.max_attempts, m.token,
+                          extract(epoch FROM m.visible_at)::float8 AS deadline,
+                          p.exhausted, p.v, p.s
+            )
+            SELECT id, payload, attempts, max_attempts, token, deadline, exhausted
+            FROM done ORDER BY v, s
+            """
+        )
+        self._next_visible = sql(
+            "SELECT extract(epoch FROM min(visible_at) - now())::float8 FROM @s@.messages"
+            " WHERE queue = $1 AND dead_at IS NULL"
+        )
+        self._renew = sql(
+            "UPDATE @s@.messages SET visible_at = now() + $4::float8 * interval '1 second'"
+            " WHERE id = $1 AND queue = $2 AND token = $3"
+            " RETURNING extract(epoch FROM visible_at)::float8"
+        )
+        self._ack = sql("DELETE FROM @s@.messages WHERE id = $1 AND queue = $2 AND token = $3")
+        self._exists = sql("SELECT 1 FROM @s@.messages WHERE id = $1 AND queue = $2")
+        # The last token is kept so that a retried release can tell it already happened.
+        self._release = sql(
+            """
+            WITH r AS (
+                UPDATE @s@.messages
+                SET token = NULL, last_token = token,
+                    visible_at = CASE WHEN attempts >= max_attempts THEN visible_at
+                                      ELSE now() + $4::float8 * interval '1 second' END,
+                    dead_at = CASE WHEN attempts >= max_attempts THEN clock_timestamp() END,
+                    reason = CASE WHEN attempts >= max_attempts THEN
+                        'delivered ' || attempts || ' times (max_attempts ' || max_attempts
+                        || ') and the last delivery was released' END
+                WHERE id = $1 AND queue = $2 AND token = $3
+                RETURNING dead_at IS NULL AND $4::float8 = 0 AS wake
+            )
+            SELECT wake, (SELECT pg_notify(@channel@, $5) FROM r WHERE wake) FROM r
+            """
+        )
+        self._released = sql(
+            "SELECT 1 FROM @s@.messages WHERE id = $1 AND queue = $2 AND token IS NULL"
+            " AND last_token = $3"
+        )
+        self._dead = sql(
+            "SELECT id, payload, attempts, reason FROM @s@.messages"
+            " WHERE queue = $1 AND dead_at IS NOT NULL ORDER BY dead_at, seq LIMIT $2"
+        )
+        # A live message holding the same dedup key keeps it; the requeued one then has none.
+        self._requeue = sql(
+            """
+            WITH r AS (
+                UPDATE @s@.messages m
+                SET dead_at = NULL, reason = NULL, attempts = 0, visible_at = now(),
+                    token = NULL, last_token = NULL, worker = NULL,
+                    dedup_key = CASE WHEN EXISTS (
+                        SELECT 1 FROM @s@.messages o WHERE o.queue = m.queue
+                        AND o.dedup_key = m.dedup_key AND o.dead_at IS NULL) THEN NULL
+                        ELSE m.dedup_key END
+                WHERE m.id = $2 AND m.queue = $1 AND m.dead_at IS NOT NULL
+                RETURNING 1
+            )
+            SELECT count(*), (SELECT pg_notify(@channel@, $3) FROM r LIMIT 1) FROM r
+            """
+        )
+        self._live = sql(
+            "SELECT 1 FROM @s@.messages WHERE id = $2 AND queue = $1 AND dead_at IS NULL"
+        )
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: bytes,
+        *,
+        delay: float = 0.0,
+        dedup_key: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> str:
+        validate_enqueue(
+            queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
+        )
+        message_id = uuid.uuid4().hex  # chosen here, so a retried enqueue adds nothing twice
+        queue_tag = tag("q", queue)
+
+        async def op(conn: Conn, retried: bool) -> str | None:
+            result: str | None = await conn.fetchval(
+                self._enqueue,
+                message_id,
+                queue,
+                payload,
+                float(delay),
+                max_attempts,
+                dedup_key,
+                queue_tag,
+            )
+            return result
+
+        while True:
+            # None: the live message holding the dedup key was acked in between; add ours.
+            found = await self._db.run("enqueue", op)
+            if found is not None:
+                return found
+
+    async def claim(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        lease: float,
+        limit: int = 1,
+        wait: float = 0.0,
+    ) -> list[Lease]:
+        validate_claim(queue, worker, lease=lease, limit=limit, wait=wait)
+        if wait <= 0:
+            return await self._claim_now(queue, worker, lease, limit)
+        deadline = time.monotonic() + wait
+        with self._listener.subscribe(tag("q", queue)) as event:
+            waiter = Waiter(self._listener, event)
+            await waiter.start()
+            while True:
+                waiter.arm()
+                leases = await self._claim_now(queue, worker, lease, limit)
+                left = deadline - time.monotonic()
+                if leases or left <= 0:
+                    return leases
+
+                async def op(conn: Conn, retried: bool) -> float | None:
+                    value = await conn.fetchval(self._next_visible, queue)
+                    return None if value is None else float(value)
+
+                soonest = await self._db.run("claim", op)
+                if soonest is not None:
+                    left = min(left, max(soonest, _BUSY_RETRY_SECONDS))
+                await waiter.sleep(left)
+
+    async def _claim_now(self, queue: str, worker: str, lease: float, limit: int) -> list[Lease]:
+        leases: list[Lease] = []
+        while True:
+            want = limit - len(leases)
+
+            # A retried claim may have leased messages whose reply was lost: their leases run
+            # out and they are delivered again (at least once).
+            async def op(conn: Conn, retried: bool, want: int = want) -> tuple[list[Lease], int]:
+                rows = await conn.fetch(self._claim, queue, worker, float(lease), want)
+                got = [
+                    Lease(
+                        queue=queue,
+                        message_id=r[0],
+                        payload=bytes(r[1]),
+                        attempt=int(r[2]),
+                        max_attempts=int(r[3]),
+                        token=str(r[4]),
+                        deadline=float(r[5]),
+                    )
+                    for r in rows
+                    if not r[6]
+                ]
+                return got, len(rows) - len(got)
+
+            got, dead = await self._db.run("claim", op)
+            leases.extend(got)
+            if not dead or len(leases) >= limit:
+                return leases
+
+    async def renew(self, lease: Lease, duration: float) -> Lease:
+        token = _token(lease)
+        if validate_duration(duration, "duration") <= 0:
+            raise InvalidArgumentError("duration must be > 0 seconds")
+
+        async def op(conn: Conn, retried: bool) -> float | None:
+            if token is None:
+                return None
+            value = await conn.fetchval(
+                self._renew, lease.message_id, lease.queue, token, float(duration)
+            )
+            return None if value is None else float(value)
+
+        deadline = await self._db.run("renew", op)
+        if deadline is None:
+            raise self._lost(lease, "renew")
+        return lease.model_copy(update={"deadline": deadline})
+
+    async def ack(self, lease: Lease) -> None:
+        token = _token(lease)
+
+        async def op(conn: Conn, retried: bool) -> bool:
+            if token is None:
+                return False
+            status = await conn.execute(self._ack, lease.message_id, lease.queue, token)
+            if status != "DELETE 0":
+                return True
+            # A retry whose first try committed finds the message gone.
+            if not retried:
+                return False
+            return await conn.fetchval(self._exists, lease.message_id, lease.queue) is None
+
+        if not await self._db.run("ack", op):
+            raise self._lost(lease, "ack")
+
+    async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
+        token = _token(lease)
+        delay = validate_duration(delay, "delay")
+        queue_tag = tag("q", lease.queue)
+
+        async def op(conn: Conn, retried: bool) -> bool:
+            if token is None:
+                return False
+            row = await conn.fetchrow(
+                self._release, lease.message_id, lease.queue, token, delay, queue_tag
+            )
+            if row is not None:
+                return True
+            return retried and (
+                await conn.fetchval(self._released, lease.message_id, lease.queue, token)
+                is not None
+            )
+
+        if not await self._db.run("release", op):
+            raise self._lost(lease, "release")
+
+    @staticmethod
+    def _lost(lease: Lease, what: str) -> LeaseLostError:
+        return LeaseLostError(
+            f"{what}: the lease on message {lease.message_id!r} of queue {lease.queue!r} is no "
+            "longer current (claimed again, acked, released or dead-lettered); stop working on it"
+        )
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        validate_id(queue, "queue")
+        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+
+        async def op(conn: Conn, retried: bool) -> list[DeadLetter]:
+            rows = await conn.fetch(self._dead, queue, limit)
+            return [
+                DeadLetter(
+                    queue=queue,
+                    message_id=r[0],
+                    payload=bytes(r[1]),
+                    attempts=int(r[2]),
+                    reason=r[3] or "",
+                )
+                for r in rows
+            ]
+
+        return await self._db.run("dead_letters", op)
+
+    async def requeue(self, queue: str, message_id: str) -> None:
+        validate_id(queue, "queue")
+        validate_id(message_id, "message_id")
+        queue_tag = tag("q", queue)
+
+        async def op(conn: Conn, retried: bool) -> bool:
+            count = await conn.fetchval(self._requeue, queue, message_id, queue_tag)
+            if count:
+                return True
+            return retried and await conn.fetchval(self._live, queue, message_id) is not None
+
+        if not await self._db.run("requeue", op):
+            raise NotFoundError(
+                f"no dead letter {message_id!r} in queue {queue!r}; list them with dead_letters()"
+            )

@@ -1,0 +1,240 @@
+"""Versioned migrations of one namespace's schema.
+
+Each migration is a list of statements with ``@s@`` standing for the quoted schema and
+``@channel@`` for the quoted NOTIFY channel literal. Migrations are append-only: a released one
+is never edited, a change is a new version.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[str, list[str]]] = [
+    (
+        "log, queue and stream tables, with their functions",
+        [
+            # --- log -------------------------------------------------------------------------
+            # COLLATE "C": ids compare by UTF-8 bytes, which is code-point order (list_logs).
+            """
+            CREATE TABLE @s@.logs (
+                log_id text COLLATE "C" PRIMARY KEY,
+                status text COLLATE "C"
+            )
+            """,
+            "CREATE INDEX logs_status ON @s@.logs (status, log_id) WHERE status IS NOT NULL",
+            """
+            CREATE TABLE @s@.events (
+                log_id text COLLATE "C" NOT NULL,
+                seq bigint NOT NULL,
+                key text COLLATE "C",
+                data bytea NOT NULL,
+                batch uuid,
+                CONSTRAINT events_pkey PRIMARY KEY (log_id, seq)
+            )
+            """,
+            "CREATE UNIQUE INDEX events_key ON @s@.events (log_id, key) WHERE key IS NOT NULL",
+            # --- queue -----------------------------------------------------------------------
+            # A live message has dead_at NULL; visible_at is its delay end or lease deadline.
+            """
+            CREATE TABLE @s@.messages (
+                id text COLLATE "C" PRIMARY KEY,
+                seq bigint GENERATED ALWAYS AS IDENTITY,
+                queue text COLLATE "C" NOT NULL,
+                payload bytea NOT NULL,
+                visible_at timestamptz NOT NULL,
+                attempts integer NOT NULL DEFAULT 0,
+                max_attempts integer NOT NULL,
+                dedup_key text COLLATE "C",
+                token uuid,
+                last_token uuid,
+                worker text,
+                dead_at timestamptz,
+                reason text
+            )
+            """,
+            """
+            CREATE INDEX messages_ready ON @s@.messages (queue, visible_at, seq)
+            WHERE dead_at IS NULL
+            """,
+            """
+            CREATE UNIQUE INDEX messages_dedup ON @s@.messages (queue, dedup_key)
+            WHERE dedup_key IS NOT NULL AND dead_at IS NULL
+            """,
+            """
+            CREATE INDEX messages_dead ON @s@.messages (queue, dead_at, seq)
+            WHERE dead_at IS NOT NULL
+            """,
+            # --- stream ----------------------------------------------------------------------
+            """
+            CREATE TABLE @s@.streams (
+                stream_id text COLLATE "C" PRIMARY KEY,
+                next_index bigint NOT NULL DEFAULT 0,
+                closed boolean NOT NULL DEFAULT false
+            )
+            """,
+            """
+            CREATE TABLE @s@.chunks (
+                stream_id text COLLATE "C" NOT NULL,
+                idx bigint NOT NULL,
+                data bytea NOT NULL,
+                batch uuid,
+                PRIMARY KEY (stream_id, idx)
+            )
+            """,
+            # --- append: one round trip ------------------------------------------------------
+            # seq is max+1 and settled by events_pkey: a concurrent appender that took the same
+            # seq fails with a unique violation of events_pkey and the client retries. The
+            # shared advisory lock only orders appends against delete (exclusive), so that a
+            # delete never leaves a hole. batch marks the batch's last event, so that a retry
+            # after a lost connection can tell whether the first try committed.
+            """
+            CREATE FUNCTION @s@.append(
+                p_log text, p_data bytea[], p_keys text[], p_expect bigint, p_status text,
+                p_batch uuid, p_retry boolean, p_tag text,
+                p_mid text[], p_mqueue text[], p_mpayload bytea[], p_mdelay float8[],
+                p_mdedup text[], p_mmax integer[], p_mtag text[],
+                OUT o_tail bigint, OUT o_actual bigint,
+                OUT o_dup_seq bigint, OUT o_dup_key text, OUT o_dup_data bytea)
+            LANGUAGE plpgsql AS $fn$
+            DECLARE
+                t bigint;
+                n integer := cardinality(p_data);
+                q text;
+            BEGIN
+                PERFORM pg_advisory_xact_lock_shared(hashtext(@s_literal@), hashtext(p_log));
+                IF p_retry THEN
+                    SELECT e.seq INTO o_tail FROM @s@.events e
+                    WHERE e.log_id = p_log AND e.batch = p_batch;
+                    IF FOUND THEN RETURN; END IF;
+                END IF;
+                SELECT coalesce(max(e.seq), 0) INTO t FROM @s@.events e WHERE e.log_id = p_log;
+                IF p_expect IS NOT NULL AND p_expect <> t THEN
+                    o_actual := t;
+                    RETURN;
+                END IF;
+                IF p_keys IS NOT NULL THEN
+                    SELECT e.seq, e.key, e.data INTO o_dup_seq, o_dup_key, o_dup_data
+                    FROM @s@.events e WHERE e.log_id = p_log AND e.key = ANY (p_keys)
+                    ORDER BY e.seq LIMIT 1;
+                    IF FOUND THEN RETURN; END IF;
+                END IF;
+                INSERT INTO @s@.events (log_id, seq, key, data, batch)
+                SELECT p_log, t + u.i, u.k, u.d, CASE WHEN u.i = n THEN p_batch END
+                FROM unnest(p_data, p_keys) WITH ORDINALITY AS u (d, k, i);
+                IF t = 0 OR p_status IS NOT NULL THEN
+                    INSERT INTO @s@.logs AS l (log_id, status) VALUES (p_log, p_status)
+                    ON CONFLICT (log_id) DO UPDATE SET status = coalesce(EXCLUDED.status, l.status);
+                END IF;
+                IF p_mid IS NOT NULL THEN
+                    INSERT INTO @s@.messages
+                        (id, queue, payload, visible_at, max_attempts, dedup_key)
+                    SELECT m.id, m.q, m.p, now() + m.d * interval '1 second', m.x, m.k
+                    FROM unnest(p_mid, p_mqueue, p_mpayload, p_mdelay, p_mmax, p_mdedup)
+                        AS m (id, q, p, d, x, k)
+                    ON CONFLICT DO NOTHING;
+                    FOR q IN SELECT DISTINCT m.tag FROM unnest(p_mtag, p_mdelay) AS m (tag, d)
+                             WHERE m.d = 0 LOOP
+                        PERFORM pg_notify(@channel@, q);
+                    END LOOP;
+                END IF;
+                PERFORM pg_notify(@channel@, p_tag);
+                o_tail := t + n;
+            END
+            $fn$
+            """,
+            # --- delete: waits for appends in flight, then removes what they wrote ----------
+            """
+            CREATE FUNCTION @s@.delete_log(p_log text) RETURNS void
+            LANGUAGE plpgsql AS $fn$
+            BEGIN
+                PERFORM pg_advisory_xact_lock(hashtext(@s_literal@), hashtext(p_log));
+                DELETE FROM @s@.events WHERE log_id = p_log;
+                DELETE FROM @s@.logs WHERE log_id = p_log;
+            END
+            $fn$
+            """,
+            # --- enqueue: insert, or the live message holding the dedup key -----------------
+            """
+            CREATE FUNCTION @s@.enqueue(
+                p_id text, p_queue text, p_payload bytea, p_delay float8, p_max integer,
+                p_dedup text, p_tag text)
+            RETURNS text LANGUAGE plpgsql AS $fn$
+            DECLARE
+                r text;
+            BEGIN
+                INSERT INTO @s@.messages (id, queue, payload, visible_at, max_attempts, dedup_key)
+                VALUES (p_id, p_queue, p_payload, now() + p_delay * interval '1 second', p_max,
+                        p_dedup)
+                ON CONFLICT DO NOTHING
+                RETURNING id INTO r;
+                IF FOUND THEN
+                    IF p_delay = 0 THEN PERFORM pg_notify(@channel@, p_tag); END IF;
+                    RETURN r;
+                END IF;
+                -- A retry whose first try committed, or a dedup hit (fresh snapshot: the
+                -- conflicting row is committed by now).
+                SELECT m.id INTO r FROM @s@.messages m WHERE m.id = p_id;
+                IF FOUND THEN RETURN r; END IF;
+                SELECT m.id INTO r FROM @s@.messages m
+                WHERE m.queue = p_queue AND m.dedup_key = p_dedup AND m.dead_at IS NULL;
+                RETURN r;
+            END
+            $fn$
+            """,
+            # --- stream delete: the row lock first, so no write in flight leaves chunks -------
+            """
+            CREATE FUNCTION @s@.delete_stream(p_id text) RETURNS void
+            LANGUAGE plpgsql AS $fn$
+            BEGIN
+                DELETE FROM @s@.streams WHERE stream_id = p_id;
+                DELETE FROM @s@.chunks WHERE stream_id = p_id;
+            END
+            $fn$
+            """,
+            # --- stream write: the stream row's lock orders writers -------------------------
+            """
+            CREATE FUNCTION @s@.write(
+                p_id text, p_chunks bytea[], p_expect bigint, p_batch uuid, p_retry boolean,
+                p_tag text, OUT o_next bigint, OUT o_closed boolean, OUT o_actual bigint)
+            LANGUAGE plpgsql AS $fn$
+            DECLARE
+                n integer := cardinality(p_chunks);
+                base bigint;
+                c boolean;
+            BEGIN
+                IF p_retry THEN
+                    SELECT k.idx + 1 INTO o_next FROM @s@.chunks k
+                    WHERE k.stream_id = p_id AND k.batch = p_batch;
+                    IF FOUND THEN RETURN; END IF;
+                END IF;
+                UPDATE @s@.streams s SET next_index = s.next_index + n
+                WHERE s.stream_id = p_id AND NOT s.closed
+                  AND (p_expect IS NULL OR s.next_index = p_expect)
+                RETURNING s.next_index - n INTO base;
+                IF NOT FOUND THEN
+                    LOOP
+                        SELECT s.next_index, s.closed INTO base, c FROM @s@.streams s
+                        WHERE s.stream_id = p_id FOR UPDATE;
+                        EXIT WHEN FOUND;
+                        INSERT INTO @s@.streams (stream_id) VALUES (p_id) ON CONFLICT DO NOTHING;
+                    END LOOP;
+                    IF c THEN
+                        o_closed := true;
+                        o_actual := base;
+                        RETURN;
+                    END IF;
+                    IF p_expect IS NOT NULL AND p_expect <> base THEN
+                        o_actual := base;
+                        RETURN;
+                    END IF;
+                    UPDATE @s@.streams s SET next_index = base + n WHERE s.stream_id = p_id;
+                END IF;
+                INSERT INTO @s@.chunks (stream_id, idx, data, batch)
+                SELECT p_id, base + u.i - 1, u.d, CASE WHEN u.i = n THEN p_batch END
+                FROM unnest(p_chunks) WITH ORDINALITY AS u (d, i);
+                PERFORM pg_notify(@channel@, p_tag);
+                o_next := base + n;
+            END
+            $fn$
+            """,
+        ],
+    ),
+]

@@ -1,0 +1,139 @@
+"""PostgresWorld and its factory ``connect``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from world_core import redact
+from world_core.errors import ConfigurationError
+from world_core.spi import Capabilities, World, validate_namespace
+from world_postgres._db import Database
+from world_postgres._log import PostgresLog
+from world_postgres._notify import Listener
+from world_postgres._queue import PostgresQueue
+from world_postgres._stream import PostgresStream
+
+__all__ = ["PostgresWorld", "connect"]
+
+DEFAULT_POOL_SIZE = 10
+DEFAULT_RETRY_SECONDS = 15.0
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
+
+def _env_number(name: str, default: float, *, integer: bool) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        kind = "a positive integer" if integer else "a positive number of seconds"
+        raise ConfigurationError(f"{name} must be {kind}, got {raw!r}")
+    return value
+
+
+def _url(url: str | None) -> str:
+    if url is None:
+        url = os.environ.get("WORKFLOW_POSTGRES_URL") or os.environ.get("DATABASE_URL")
+        if not url:
+            raise ConfigurationError(
+                "no PostgreSQL URL: set WORKFLOW_POSTGRES_URL (or DATABASE_URL), e.g. "
+                "postgresql://user:password@host:5432/dbname"
+            )
+    scheme, sep, rest = url.partition("://")
+    # SQLAlchemy-style URLs name a driver after '+' (postgresql+asyncpg://): asyncpg is ours.
+    base = scheme.split("+", 1)[0].lower()
+    if not sep or base not in ("postgres", "postgresql"):
+        raise ConfigurationError(
+            f"WORKFLOW_POSTGRES_URL {redact(url)!r} is not a postgresql:// URL; "
+            "use postgresql://user:password@host:5432/dbname"
+        )
+    return f"postgresql://{rest}"
+
+
+class PostgresWorld(World):
+    """A World in one PostgreSQL schema, ``world_<namespace>``, through an asyncpg pool.
+
+    Quirks beyond the SPI: ``purge`` drops the schema, which the next call (from any process)
+    recreates; calls retry transient faults for ``WORKFLOW_POSTGRES_RETRY_SECONDS`` (writes
+    check first whether their earlier try committed), then raise BackendUnavailableError.
+    """
+
+    name = "postgres"
+
+    def __init__(self, db: Database, namespace: str) -> None:
+        self.namespace = namespace
+        self._db = db
+        self._listener = Listener(db)
+        self.log = PostgresLog(db, self._listener)
+        self.queue = PostgresQueue(db, self._listener)
+        self.stream = PostgresStream(db, self._listener)
+        self._closed = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(outbox=True, shared=True, native_wakeups=True)
+
+    def settings(self) -> Mapping[str, str]:
+        return {
+            "url": self._db.where,
+            "namespace": self.namespace,
+            "schema": self._db.schema_name,
+            "channel": self._db.channel,
+            "pool_size": str(self._db.pool_size),
+            "retry_seconds": f"{self._db.retry_seconds:g}",
+        }
+
+    @property
+    def listener_reconnects(self) -> int:
+        """How often the LISTEN connection was reopened after a loss."""
+        return self._listener.reconnects
+
+    async def purge(self) -> None:
+        await self._db.purge()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._listener.aclose()
+        await self._db.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresWorld(url={self._db.where!r}, namespace={self.namespace!r})"
+
+
+async def connect(*, url: str | None = None, namespace: str = "default") -> PostgresWorld:
+    """Open the PostgreSQL World: create or migrate its schema, then return it.
+
+    Args:
+        url: a ``postgresql://`` URL; None reads ``WORKFLOW_POSTGRES_URL``, then
+            ``DATABASE_URL``.
+        namespace: maps to the schema ``world_<namespace>``.
+
+    Settings read from the environment: ``WORKFLOW_POSTGRES_POOL_SIZE`` (connections, default
+    10, plus one LISTEN connection once something waits), ``WORKFLOW_POSTGRES_RETRY_SECONDS``
+    (how long transient faults are retried, default 15), ``WORKFLOW_POSTGRES_CONNECT_TIMEOUT``
+    (seconds, default 5).
+
+    Raises:
+        ConfigurationError: no URL, a malformed setting, bad credentials, a missing database.
+        BackendUnavailableError: the server did not answer within the retry time.
+    """
+    namespace = validate_namespace(namespace)
+    db = Database(
+        url=_url(url),
+        namespace=namespace,
+        pool_size=int(_env_number("WORKFLOW_POSTGRES_POOL_SIZE", DEFAULT_POOL_SIZE, integer=True)),
+        retry_seconds=_env_number(
+            "WORKFLOW_POSTGRES_RETRY_SECONDS", DEFAULT_RETRY_SECONDS, integer=False
+        ),
+        connect_timeout=_env_number(
+            "WORKFLOW_POSTGRES_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT, integer=False
+        ),
+    )
+    await db.open()
+    return PostgresWorld(db, namespace)
