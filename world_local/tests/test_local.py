@@ -1,0 +1,230 @@
+"""What is particular to the local World: its folder, file names, torn tails, compaction."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from world_core import open_world
+from world_core.errors import ClosedError, ConfigurationError, WorldError
+from world_core.spi import MAX_ID_BYTES, NewEvent
+from world_local import LocalWorld, connect
+from world_local._files import encode_frame
+from world_local._queue import COMPACT_BYTES
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[LocalWorld]:
+    async with await connect(url=str(tmp_path / "store"), namespace="t") as opened:
+        yield opened
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def _only_file(folder: Path) -> Path:
+    (path,) = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    return path
+
+
+async def test_url_forms_and_the_default_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await connect(url=f"file://{tmp_path}/a%20b") as world:
+        assert world.settings()["WORKFLOW_LOCAL_DIR"] == str(tmp_path / "a b")
+        assert (tmp_path / "a b" / "default" / "logs").is_dir()
+    monkeypatch.setenv("WORKFLOW_LOCAL_DIR", str(tmp_path / "env"))
+    async with open_world("local", namespace="ns1") as world:
+        assert world.settings()["path"] == str(tmp_path / "env" / "ns1")
+    monkeypatch.delenv("WORKFLOW_LOCAL_DIR")
+    monkeypatch.chdir(tmp_path)
+    async with await connect() as world:
+        assert world.settings()["WORKFLOW_LOCAL_DIR"] == str(tmp_path / ".workflow-data")
+    with pytest.raises(ConfigurationError, match="file:///absolute/path"):
+        await connect(url="file://otherhost/x")
+
+
+IDS = [
+    "../../escape",
+    "/etc/passwd",
+    "..",
+    ".",
+    "a/b/../../c",
+    "\\..\\x",
+    "$HOME{}*:'\"; DROP TABLE logs",
+    "ünïcødé 😀",
+    "x" * MAX_ID_BYTES,
+]
+
+
+async def test_hostile_identifiers_stay_inside_the_namespace_folder(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    async with await connect(url=str(root), namespace="t") as world:
+        for ident in IDS:
+            await world.log.append(ident, [NewEvent(data=ident.encode(), key=ident)])
+            await world.queue.enqueue(ident, ident.encode(), dedup_key=ident)
+            await world.stream.write(ident, [ident.encode()])
+        page = await world.log.list_logs(limit=1000)
+        assert [info.log_id for info in page.items] == sorted(IDS)
+        for ident in IDS:
+            assert (await world.log.read(ident))[0].data == ident.encode()
+            (lease,) = await world.queue.claim(ident, ident, lease=30)
+            assert lease.payload == ident.encode()
+    assert sorted(os.listdir(tmp_path)) == ["store"]
+    assert os.listdir(root) == ["t"]
+    for path in _files(root):
+        assert path.parent.parent == root / "t"
+        assert len(path.name) == 64  # sha-256 hex: nothing of the identifier reaches the path
+
+
+async def test_list_logs_code_point_order_prefix_status_and_pages(world: LocalWorld) -> None:
+    ids = ["b", "a", "ab", "a\u00ff", "a\U0001f600", "a\uffff", "A", "a/b"]
+    for i, ident in enumerate(ids):
+        await world.log.append(ident, [NewEvent(data=b"")], status="odd" if i % 2 else "even")
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = await world.log.list_logs(prefix="a", cursor=cursor, limit=2)
+        seen += [info.log_id for info in page.items]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == sorted(i for i in ids if i.startswith("a"))
+    odd = await world.log.list_logs(status="odd")
+    assert [info.log_id for info in odd.items] == sorted(ids[1::2])
+
+
+async def test_torn_log_tail_is_ignored_then_cut_off_by_the_next_writer(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    async with await connect(url=str(root), namespace="t") as world:
+        await world.log.append("l", [NewEvent(data=b"one", key="k1")])
+        await world.log.append("l", [NewEvent(data=b"two"), NewEvent(data=b"three")])
+        path = _only_file(root / "t" / "logs")
+        whole = path.stat().st_size
+        frame = encode_frame({"keys": [None]}, [b"torn"])
+        with path.open("ab") as raw:  # what a crash mid-write leaves: half a frame
+            raw.write(frame[: len(frame) // 2])
+        assert [e.data for e in await world.log.read("l")] == [b"one", b"two", b"three"]
+    async with await connect(url=str(root), namespace="t") as world:  # a fresh process's view
+        assert await world.log.tail("l") == 3
+        assert await world.log.append("l", [NewEvent(data=b"four")]) == 4
+        assert path.stat().st_size == whole + len(encode_frame({"keys": [None]}, [b"four"]))
+        assert [e.data for e in await world.log.read("l")] == [b"one", b"two", b"three", b"four"]
+
+
+async def test_a_whole_length_frame_with_a_bad_checksum_is_torn_too(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    async with await connect(url=str(root), namespace="t") as world:
+        await world.stream.write("s", [b"a"])
+        path = _only_file(root / "t" / "streams")
+        frame = bytearray(encode_frame({"chunks": 1}, [b"b"]))
+        frame[-1] ^= 0xFF
+        with path.open("ab") as raw:
+            raw.write(bytes(frame))
+        assert (await world.stream.info("s")).next_index == 1
+        assert await world.stream.write("s", [b"c"]) == 2
+        chunks = []
+        async for chunk in world.stream.read("s"):
+            chunks.append(chunk.data)
+            if len(chunks) == 2:
+                break
+        assert chunks == [b"a", b"c"]
+
+
+async def test_torn_queue_tail_is_ignored(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    async with await connect(url=str(root), namespace="t") as world:
+        kept = await world.queue.enqueue("q", b"kept")
+        path = _only_file(root / "t" / "queues")
+        frame = encode_frame({"ops": [{"op": "del", "id": kept}]})
+        with path.open("ab") as raw:
+            raw.write(frame[:-3])
+        (lease,) = await world.queue.claim("q", "w", lease=30)
+        assert lease.message_id == kept
+
+
+async def test_a_file_replaced_behind_a_cached_view_is_read_afresh(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    async with (
+        await connect(url=root, namespace="t") as one,
+        await connect(url=root, namespace="t") as two,
+    ):
+        await one.log.append("l", [NewEvent(data=b"old-1"), NewEvent(data=b"old-2")])
+        assert await two.log.tail("l") == 2  # two caches the file's state
+        await one.log.delete("l")
+        await one.log.append("l", [NewEvent(data=b"new", key="n")])
+        assert [e.data for e in await two.log.read("l")] == [b"new"]
+        assert await two.log.get("l", "n") is not None
+
+
+async def test_queue_file_is_compacted_and_keeps_its_state(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    big = b"x" * (COMPACT_BYTES // 8)
+    async with await connect(url=str(root), namespace="t") as world:
+        ids = [await world.queue.enqueue("q", big + b"%d" % i) for i in range(12)]
+        await world.queue.enqueue("q", b"dead", max_attempts=1)
+        leases = await world.queue.claim("q", "w", lease=30, limit=13)
+        dead = next(lease for lease in leases if lease.payload == b"dead")
+        await world.queue.release(dead)
+        for lease in leases:
+            if lease.message_id not in (ids[0], dead.message_id):
+                await world.queue.ack(lease)
+        path = _only_file(root / "t" / "queues")
+        assert path.stat().st_size < COMPACT_BYTES
+    async with await connect(url=str(root), namespace="t") as world:
+        (letter,) = await world.queue.dead_letters("q")
+        assert letter.payload == b"dead"
+        kept = next(lease for lease in leases if lease.message_id == ids[0])
+        await world.queue.release(kept)
+        (again,) = await world.queue.claim("q", "w", lease=30, limit=5)
+        assert (again.message_id, again.attempt, again.payload) == (ids[0], 2, kept.payload)
+
+
+async def test_purge_empties_only_its_namespace(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    async with (
+        await connect(url=root, namespace="one") as one,
+        await connect(url=root, namespace="two") as two,
+    ):
+        for world in (one, two):
+            await world.log.append("l", [NewEvent(data=b"x")])
+            await world.queue.enqueue("q", b"x")
+            await world.stream.write("s", [b"x"])
+        await one.purge()
+        assert await one.log.info("l") is None
+        assert await one.queue.claim("q", "w", lease=1) == []
+        assert (await one.stream.info("s")).next_index == 0
+        assert await two.log.tail("l") == 1
+        assert len(await two.queue.claim("q", "w", lease=1)) == 1
+        assert (await two.stream.info("s")).next_index == 1
+
+
+async def test_closed_world_refuses_calls(world: LocalWorld) -> None:
+    await world.aclose()
+    await world.aclose()
+    with pytest.raises(ClosedError):
+        await world.log.tail("l")
+    with pytest.raises(ClosedError):
+        await world.queue.enqueue("q", b"")
+
+
+async def test_a_damaged_file_is_reported_not_overwritten(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    async with await connect(url=str(root), namespace="t") as world:
+        await world.log.append("l", [NewEvent(data=b"x")])
+        path = _only_file(root / "t" / "logs")
+        path.write_bytes(b"not a record file")
+        with pytest.raises(WorldError, match="damaged"):
+            await world.log.append("l", [NewEvent(data=b"y")])
+        assert path.read_bytes() == b"not a record file"
