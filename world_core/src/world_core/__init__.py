@@ -6,6 +6,27 @@ Open the World that ``WORKFLOW_TARGET_WORLD`` selects (local files by default)::
         await world.log.append("session-1", [NewEvent(data=b"hello")])
 """
 
+from world_core._agent import Agent
+from world_core._blobs import BlobRef, Blobs
+from world_core._client import DEFAULT_QUEUE, Client
+from world_core._crash import CrashPoint, parse_crash_at
+from world_core._journal import (
+    DEFAULT_BLOB_THRESHOLD,
+    POSSIBLY_RAN,
+    Journal,
+    canonical_json,
+    digest_of,
+    session_log_id,
+)
+from world_core._model import (
+    Message,
+    ModelClient,
+    ModelReply,
+    ModelRequest,
+    OpenAIChatModel,
+    ScriptedModel,
+    ToolCall,
+)
 from world_core._select import (
     ENTRY_POINT_GROUP,
     WorldEntry,
@@ -15,6 +36,8 @@ from world_core._select import (
     redact,
     resolve_world,
 )
+from world_core._tools import Replay, Tool, ToolContext, ToolRegistry, tool
+from world_core._worker import TurnResult, Worker
 from world_core.errors import (
     BackendUnavailableError,
     ClosedError,
@@ -45,7 +68,34 @@ from world_core.spi import (
 )
 
 __all__ = [
+    "DEFAULT_BLOB_THRESHOLD",
+    "DEFAULT_QUEUE",
     "ENTRY_POINT_GROUP",
+    "POSSIBLY_RAN",
+    "Agent",
+    "BlobRef",
+    "Blobs",
+    "Client",
+    "CrashPoint",
+    "Journal",
+    "Message",
+    "ModelClient",
+    "ModelReply",
+    "ModelRequest",
+    "OpenAIChatModel",
+    "Replay",
+    "ScriptedModel",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolRegistry",
+    "TurnResult",
+    "Worker",
+    "canonical_json",
+    "digest_of",
+    "parse_crash_at",
+    "session_log_id",
+    "tool",
     "BackendUnavailableError",
     "Capabilities",
     "Chunk",

@@ -3,16 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from importlib import metadata
+from typing import Any
 
 import anyio
 
 from world_core._select import list_worlds, open_world
-from world_core.errors import WorldError
+from world_core.errors import ConfigurationError, WorldError
 
-__all__ = ["main"]
+__all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "main"]
+
+COMMANDS_ENTRY_POINT_GROUP = "world.commands"
+"""Entry points adding ``world`` subcommands: each names a function taking the argparse
+subparsers object, which adds its parser and sets ``run`` (a function of the parsed args
+returning the exit status). Keep its module light: it is imported for every ``world`` call."""
+
+
+def add_world_options(parser: argparse.ArgumentParser) -> None:
+    """The ``--world``, ``--url`` and ``--namespace`` options every World command takes."""
+    parser.add_argument(
+        "--world", help="World to open (default: WORKFLOW_TARGET_WORLD, else local)"
+    )
+    parser.add_argument("--url", help="the backend's URL or folder (default: its own variable)")
+    parser.add_argument("--namespace", help="namespace (default: WORKFLOW_NAMESPACE, else default)")
 
 
 def _cmd_worlds(args: argparse.Namespace) -> int:
@@ -51,6 +70,57 @@ async def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_agent_factory(spec: str) -> Callable[[], Any]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(f"--agent {spec!r}: use module:attribute, e.g. my_app.agent:build")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"--agent {spec!r} cannot be loaded: {exc}") from exc
+    from world_core._agent import Agent
+
+    if isinstance(target, Agent):
+        agent: Agent = target
+        return lambda: agent
+    if not callable(target):
+        raise ConfigurationError(f"--agent {spec!r} is neither an Agent nor a factory of one")
+    factory: Callable[[], Any] = target
+    return factory
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    from world_core._worker import Worker
+
+    factory = _load_agent_factory(args.agent)
+    async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
+        worker = Worker(world, factory, queue=args.queue, lease=args.lease, grace=args.grace)
+        if not args.once:
+            await worker.run()
+            return 0
+        result = await worker.run_once(wait=args.wait)
+    if result is None:
+        print(json.dumps({"status": "idle"}) if args.json else "no turn came")
+        return 3
+    if args.json:
+        print(json.dumps(asdict(result)))
+    else:
+        print(f"turn {result.session_id}/{result.turn_id}: {result.status}")
+    return 0 if result.status == "done" else 4
+
+
+def _add_plugin_commands(sub: Any) -> None:
+    for ep in metadata.entry_points(group=COMMANDS_ENTRY_POINT_GROUP):
+        try:
+            register = ep.load()
+        except ImportError as exc:
+            print(f"world: warning: command plugin {ep.name!r} not loaded: {exc}", file=sys.stderr)
+            continue
+        register(sub)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="world", description="Crash-safe agents on a World.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -63,11 +133,27 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--namespace", help="namespace (default: WORKFLOW_NAMESPACE, else default)")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(run=lambda args: anyio.run(_info, args))
+    worker = sub.add_parser(
+        "worker",
+        help="run turns from the queue with an agent (CRASH_AT=<step>:<before_run|after_run> "
+        "kills it at that point)",
+    )
+    worker.add_argument("--agent", required=True, help="module:attr of an Agent or its factory")
+    add_world_options(worker)
+    worker.add_argument("--queue", default="turns", help="queue to claim turns from")
+    worker.add_argument("--lease", type=float, default=30.0, help="lease seconds")
+    worker.add_argument("--grace", type=float, default=30.0, help="seconds to finish on SIGTERM")
+    worker.add_argument("--once", action="store_true", help="run one turn, then exit")
+    worker.add_argument("--wait", type=float, default=30.0, help="with --once: seconds to wait")
+    worker.add_argument("--json", action="store_true", help="with --once: print the result")
+    worker.set_defaults(run=lambda args: anyio.run(_worker, args))
+    _add_plugin_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``world`` command; returns the exit status."""
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     args = _parser().parse_args(argv)
     try:
         status: int = args.run(args)

@@ -1,0 +1,43 @@
+"""``world`` subcommands this package adds (entry-point group ``world.commands``).
+
+Kept light: ``world`` imports it on every call; the demo itself is imported only when run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    import anyio
+
+    from world_examples.demo import run_demo
+
+    status: int = anyio.run(lambda: run_demo(world=args.world, url=args.url, as_json=args.json))
+    return status
+
+
+def register(sub: Any) -> None:
+    """Add ``world demo``."""
+    demo = sub.add_parser(
+        "demo",
+        help="crash an agent turn at every step and show that nothing is paid or sent twice",
+        description=(
+            "Runs a turn that looks up a note and emails it (to a real SMTP inbox on loopback), "
+            "then the same turn crashed before and after every step, continued each time by a "
+            "fresh worker process, and prints per crash point: model calls repeated for "
+            "finished steps, emails received, and whether the reply matches the clean run. "
+            "Finally send_email is relabelled 'safe' to show the duplicate it then sends."
+        ),
+    )
+    demo.add_argument(
+        "--world", help="World to run on (default: WORKFLOW_TARGET_WORLD, else local)"
+    )
+    demo.add_argument(
+        "--url", help="the backend's URL or folder (default: a temporary one for local)"
+    )
+    demo.add_argument("--json", action="store_true", help="print the results as JSON")
+    demo.set_defaults(run=_run_demo)

@@ -1,0 +1,75 @@
+"""The agent loop: model, tool calls, model ... until the model answers without tools.
+
+Every model call and tool call goes through the turn's :class:`~world_core.Journal`, which is
+the whole of crash safety; the loop itself is plain deterministic code, re-run on replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from world_core._journal import Journal
+from world_core._model import Message, ModelClient, ModelRequest
+from world_core._tools import Tool, ToolRegistry
+from world_core.errors import InvalidArgumentError
+
+__all__ = ["Agent"]
+
+
+class Agent:
+    """A tool-calling agent.
+
+    Args:
+        model: the model client.
+        tools: a registry, or tools built with :func:`~world_core.tool`.
+        system: the system prompt, sent first. Keep anything that changes between runs
+            (dates, ids) out of it, or take it from the journal (``journal.now()``).
+        max_model_calls: a turn that has not answered after this many model calls ends with
+            a reply saying so (deterministically, so replay ends the same way).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: ModelClient,
+        tools: ToolRegistry | Iterable[Tool] = (),
+        system: str | None = None,
+        max_model_calls: int = 32,
+    ) -> None:
+        if max_model_calls < 1:
+            raise InvalidArgumentError("max_model_calls must be >= 1")
+        self.model = model
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.system = system
+        self.max_model_calls = max_model_calls
+
+    def conversation(self, journal: Journal) -> list[Message]:
+        """The messages the turn starts from: system, earlier turns, the user's message."""
+        messages: list[Message] = []
+        if self.system:
+            messages.append({"role": "system", "content": self.system})
+        for message, reply in journal.history:
+            messages.append({"role": "user", "content": message})
+            messages.append({"role": "assistant", "content": reply})
+        messages.append({"role": "user", "content": journal.user_message})
+        return messages
+
+    async def run_turn(self, journal: Journal) -> str:
+        """Run (or replay) the turn to its reply, record it, and return it."""
+        messages = self.conversation(journal)
+        schemas = self.tools.schemas()
+        for _ in range(self.max_model_calls):
+            reply = await journal.model(self.model, ModelRequest(messages=messages, tools=schemas))
+            messages.append(reply.as_message())
+            if not reply.tool_calls:
+                return await journal.finish(reply.content or "")
+            for call in reply.tool_calls:
+                tool = self.tools.get(call.name)
+                if tool is None:
+                    content = f"Error: there is no tool named {call.name!r}"
+                else:
+                    content = await journal.tool(tool, call)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        return await journal.finish(
+            f"(stopped: no answer after {self.max_model_calls} model calls)"
+        )
