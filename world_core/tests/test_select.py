@@ -1,0 +1,110 @@
+"""Choosing a World: entry points, distribution and package names, module:attr, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from world_core import (
+    ConfigurationError,
+    InvalidIdentifierError,
+    list_worlds,
+    open_world,
+    redact,
+    resolve_world,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def _entries(path: Path) -> list[Path]:
+    return list(path.iterdir())
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_local_is_installed_and_listed_without_importing_it() -> None:
+    entries = {entry.name: entry for entry in list_worlds()}
+    assert "local" in entries
+    assert entries["local"].distribution == "world-local"
+    assert entries["local"].value == "world_local:connect"
+
+
+@pytest.mark.parametrize("spec", ["local", "world-local", "world_local", "World_Local", " local "])
+def test_names_resolve_to_the_local_world(spec: str) -> None:
+    name, factory = resolve_world(spec)
+    assert name == "local"
+    assert callable(factory)
+
+
+def test_module_attr_resolves() -> None:
+    name, factory = resolve_world("world_local:connect")
+    assert name == "world_local:connect"
+    assert callable(factory)
+
+
+def test_default_is_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORKFLOW_TARGET_WORLD", raising=False)
+    assert resolve_world()[0] == "local"
+    monkeypatch.setenv("WORKFLOW_TARGET_WORLD", "")
+    assert resolve_world()[0] == "local"
+
+
+def test_environment_variable_selects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKFLOW_TARGET_WORLD", "world-local")
+    assert resolve_world()[0] == "local"
+
+
+def test_unknown_name_lists_installed_and_suggests(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKFLOW_TARGET_WORLD", "locl")
+    with pytest.raises(ConfigurationError) as info:
+        resolve_world()
+    message = str(info.value)
+    assert "Did you mean 'local'?" in message
+    assert "Installed: " in message
+    assert "local" in message.split("Installed: ")[1]
+
+
+def test_unknown_module_names_the_module() -> None:
+    with pytest.raises(ConfigurationError, match="no_such_module_xyz"):
+        resolve_world("no_such_module_xyz:factory")
+
+
+def test_missing_attribute_names_it() -> None:
+    with pytest.raises(ConfigurationError, match="no_such_factory"):
+        resolve_world("world_local:no_such_factory")
+
+
+async def test_bad_namespace_is_refused_before_opening(tmp_path: Path) -> None:
+    with pytest.raises(InvalidIdentifierError, match="WORKFLOW_NAMESPACE"):
+        async with open_world("local", url=str(tmp_path), namespace="Bad-Name"):
+            pass
+    assert _entries(tmp_path) == []
+
+
+async def test_namespace_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKFLOW_NAMESPACE", "tenant_a")
+    async with open_world("local", url=str(tmp_path)) as world:
+        assert world.namespace == "tenant_a"
+        assert world.name == "local"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://user:s3cret@db:5432/app", "postgresql://user:***@db:5432/app"),
+        ("redis://:s3cret@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("redis://cache:6379/0", "redis://cache:6379/0"),
+        ("libsql://db.turso.io?authToken=abc.def&x=1", "libsql://db.turso.io?authToken=***&x=1"),
+        ("mongodb://u:p%40ss@h/?password=x", "mongodb://u:***@h/?password=***"),
+        ("file:/tmp/world.db", "file:/tmp/world.db"),
+    ],
+)
+def test_redact_hides_credentials(url: str, expected: str) -> None:
+    assert redact(url) == expected
