@@ -1,1 +1,46 @@
-"""Work in progress: see the issue tracker."""
+"""world-conformance: the contract every World backend passes, as a pytest plugin.
+
+A backend's conformance file is about ten lines::
+
+    from world_conformance import WorldContract
+
+    class TestPostgresWorld(WorldContract):
+        world_name = "postgres"
+
+The plugin (``world_conformance.plugin``, loaded by pytest through its ``pytest11`` entry
+point) finds a server, opens a fresh namespace per test and reports results per contract
+area. Run the suite against any installed World with
+``pytest --pyargs world_conformance --world NAME [--world-url URL]``. See README.md.
+"""
+
+from world_conformance._base import ContractBase
+from world_conformance._isolation import BAD_IDENTIFIERS, ODD_IDENTIFIERS, IsolationContract
+from world_conformance._lifecycle import LifecycleContract
+from world_conformance._log import LogContract
+from world_conformance._model import ModelContract, world_state_machine
+from world_conformance._outbox import OutboxContract
+from world_conformance._payload import PAYLOADS, PayloadContract
+from world_conformance._process import ProcessContract
+from world_conformance._queue import QueueContract
+from world_conformance._stream import StreamContract
+from world_conformance._target import WorldTarget
+from world_conformance._world import WorldContract
+
+__all__ = [
+    "BAD_IDENTIFIERS",
+    "ODD_IDENTIFIERS",
+    "PAYLOADS",
+    "ContractBase",
+    "IsolationContract",
+    "LifecycleContract",
+    "LogContract",
+    "ModelContract",
+    "OutboxContract",
+    "PayloadContract",
+    "ProcessContract",
+    "QueueContract",
+    "StreamContract",
+    "WorldContract",
+    "WorldTarget",
+    "world_state_machine",
+]

@@ -1,0 +1,88 @@
+"""A child process for the process contracts: opens a World by name, URL and namespace.
+
+    python -m world_conformance._child --world NAME [--url URL] --namespace NS COMMAND ...
+
+Commands (each prints ``{"ready": true}`` once the World is open, then waits for a line on
+stdin before it starts, so that several children start together; then one JSON line per
+acknowledged operation, flushed at once):
+
+    append LOG --batches N --size S --tag T [--pad P]
+        N batches of S events; event j of batch i holds ``T:i:j`` then P NUL bytes.
+        Prints ``{"batch": i, "tail": t}`` after each append returned.
+    claim QUEUE --worker W [--limit L]
+        Claims with a long lease until the queue is empty, acking each message.
+        Prints ``{"id": message_id, "payload": hex}`` after each ack returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import anyio
+import anyio.to_thread
+
+from world_core import NewEvent, World, open_world
+
+__all__ = ["event_data", "main"]
+
+
+def event_data(tag: str, batch: int, index: int, pad: int = 0) -> bytes:
+    """The data of event ``index`` of batch ``batch`` written by the child tagged ``tag``."""
+    return f"{tag}:{batch}:{index}".encode() + b"\x00" * pad
+
+
+def _say(**fields: object) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+async def _append(world: World, args: argparse.Namespace) -> None:
+    for batch in range(args.batches):
+        events = [NewEvent(data=event_data(args.tag, batch, i, args.pad)) for i in range(args.size)]
+        tail = await world.log.append(args.log, events)
+        _say(batch=batch, tail=tail)
+
+
+async def _claim(world: World, args: argparse.Namespace) -> None:
+    while True:
+        leases = await world.queue.claim(args.queue, args.worker, lease=120.0, limit=args.limit)
+        if not leases:
+            return
+        for lease in leases:
+            await world.queue.ack(lease)
+            _say(id=lease.message_id, payload=lease.payload.hex())
+
+
+async def _run(args: argparse.Namespace) -> None:
+    async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
+        _say(ready=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        if args.command == "append":
+            await _append(world, args)
+        else:
+            await _claim(world, args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m world_conformance._child")
+    parser.add_argument("--world", required=True)
+    parser.add_argument("--url", default=None)
+    parser.add_argument("--namespace", required=True)
+    commands = parser.add_subparsers(dest="command", required=True)
+    append = commands.add_parser("append")
+    append.add_argument("log")
+    append.add_argument("--batches", type=int, required=True)
+    append.add_argument("--size", type=int, required=True)
+    append.add_argument("--tag", required=True)
+    append.add_argument("--pad", type=int, default=0)
+    claim = commands.add_parser("claim")
+    claim.add_argument("queue")
+    claim.add_argument("--worker", required=True)
+    claim.add_argument("--limit", type=int, default=1)
+    anyio.run(_run, parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

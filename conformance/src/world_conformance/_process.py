@@ -1,0 +1,222 @@
+"""ProcessContract: several OS processes on one World, and a writer killed with SIGKILL.
+
+Children are ``python -m world_conformance._child`` opening the same World by name, URL and
+namespace, so these tests work for any backend whose ``Capabilities.shared`` is true.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import IO, Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from world_conformance._base import ContractBase
+from world_conformance._support import WAIT
+from world_conformance._target import WorldTarget
+from world_core import Event, NewEvent, World
+
+__all__ = ["ProcessContract"]
+
+
+class _Child:
+    """One child process: JSON lines out, a go-line in, stderr kept for the failure message."""
+
+    def __init__(self, process: Process, stderr: IO[bytes]) -> None:
+        self.process = process
+        self.stderr = stderr
+        assert process.stdout is not None
+        self._out = BufferedByteReceiveStream(process.stdout)
+
+    def errors(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")[-4000:]
+
+    async def line(self) -> dict[str, Any] | None:
+        """The next JSON line, or None at end of output."""
+        try:
+            raw = await self._out.receive_until(b"\n", 1 << 20)
+        except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError):
+            return None
+        value = json.loads(raw)
+        assert isinstance(value, dict)
+        return value
+
+    async def ready(self) -> None:
+        with anyio.fail_after(WAIT * 2):
+            first = await self.line()
+        assert first == {"ready": True}, f"child did not start: {first!r}\n{self.errors()}"
+
+    async def go(self) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(b"go\n")
+
+    async def rest(self) -> list[dict[str, Any]]:
+        """Every remaining line, then the exit status, which must be 0."""
+        lines: list[dict[str, Any]] = []
+        with anyio.fail_after(WAIT * 3):
+            while (item := await self.line()) is not None:
+                lines.append(item)
+            code = await self.process.wait()
+        assert code == 0, f"child exited with {code}:\n{self.errors()}"
+        return lines
+
+
+@asynccontextmanager
+async def _spawn(commands: list[list[str]]) -> AsyncIterator[list[_Child]]:
+    """Start children, wait until each has opened the World; kill leftovers on the way out."""
+    children: list[_Child] = []
+    async with AsyncExitStack() as stack:
+        for argv in commands:
+            stderr = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 (it is one)
+            process = await anyio.open_process(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
+            )
+            stack.push_async_callback(_reap, process)
+            children.append(_Child(process, stderr))
+        for child in children:
+            await child.ready()
+        yield children
+
+
+async def _reap(process: Process) -> None:
+    with anyio.CancelScope(shield=True):
+        if process.returncode is None:
+            process.kill()
+        with anyio.move_on_after(WAIT):
+            await process.wait()
+        await process.aclose()
+
+
+def _parse(event: Event) -> tuple[str, int, int]:
+    tag, batch, index = event.data.rstrip(b"\x00").decode().split(":")
+    return tag, int(batch), int(index)
+
+
+def _check_whole_batches(events: list[Event], size_of: dict[str, int]) -> None:
+    """Dense from 1; each batch whole and on consecutive positions; batches in order per tag."""
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)), "positions not dense"
+    position = 0
+    last: dict[str, int] = {}
+    while position < len(events):
+        tag, batch, index = _parse(events[position])
+        assert index == 0, f"seq {events[position].seq} starts inside a batch: {tag}:{batch}"
+        size = size_of[tag]
+        run = [_parse(e) for e in events[position : position + size]]
+        assert run == [(tag, batch, i) for i in range(size)], f"batch {tag}:{batch} is torn"
+        assert batch == last.get(tag, -1) + 1, f"{tag} batches out of order at {batch}"
+        last[tag] = batch
+        position += size
+
+
+class ProcessContract(ContractBase):
+    """Concurrency and crashes across real OS processes (``Capabilities.shared``)."""
+
+    contract_area = "process"
+
+    @pytest.fixture
+    def shared_world(self, world: World) -> World:
+        if not world.capabilities.shared:
+            pytest.skip("Capabilities.shared is false: one process at a time")
+        return world
+
+    @pytest.mark.world_process
+    async def test_process_concurrent_appenders_dense(
+        self, shared_world: World, world_target: WorldTarget
+    ) -> None:
+        sizes = {"p0": 1, "p1": 2, "p2": 3}
+        batches = 12
+        commands = [
+            world_target.child_command(
+                "append", "multi", "--batches", str(batches), "--size", str(size), "--tag", tag
+            )
+            for tag, size in sizes.items()
+        ]
+        results: dict[str, list[dict[str, Any]]] = {}
+        async with _spawn(commands) as children:
+            for child in children:
+                await child.go()
+
+            async def collect(tag: str, child: _Child) -> None:
+                results[tag] = await child.rest()
+
+            async with anyio.create_task_group() as group:
+                for tag, child in zip(sizes, children, strict=True):
+                    group.start_soon(collect, tag, child)
+        events = await shared_world.log.read("multi")
+        assert len(events) == batches * sum(sizes.values())
+        _check_whole_batches(events, sizes)
+        by_data = {_parse(e): e.seq for e in events}
+        for tag, lines in results.items():
+            assert [line["batch"] for line in lines] == list(range(batches))
+            for line in lines:
+                assert by_data[(tag, line["batch"], sizes[tag] - 1)] == line["tail"]
+
+    @pytest.mark.world_process
+    async def test_process_killed_writer_leaves_whole_batches(
+        self, shared_world: World, world_target: WorldTarget
+    ) -> None:
+        """SIGKILL lands at a random instant of a stream of appends; twice. Afterwards the log
+        holds whole batches only, densely, every acknowledged batch among them, and it takes
+        appends again."""
+        size, pad = 16, 4096
+        sizes: dict[str, int] = {}
+        acknowledged: dict[tuple[str, int], int] = {}
+        for round_ in range(2):
+            tag = f"k{round_}"
+            sizes[tag] = size
+            argv = world_target.child_command(
+                "append", "crash", "--batches", "1000000", "--size", str(size),
+                "--tag", tag, "--pad", str(pad),
+            )  # fmt: skip
+            async with _spawn([argv]) as (child,):
+                await child.go()
+                with anyio.fail_after(WAIT * 3):
+                    for _ in range(3):
+                        line = await child.line()
+                        assert line is not None, f"child died:\n{child.errors()}"
+                        acknowledged[(tag, line["batch"])] = line["tail"]
+                await anyio.sleep(random.uniform(0.0, 0.05))
+                child.process.kill()
+                with anyio.fail_after(WAIT):
+                    await child.process.wait()
+                    while (line := await child.line()) is not None:
+                        acknowledged[(tag, line["batch"])] = line["tail"]
+        events = await shared_world.log.read("crash")
+        _check_whole_batches(events, sizes)
+        last_of = {_parse(e)[:2]: e.seq for e in events if _parse(e)[2] == size - 1}
+        for key, tail in acknowledged.items():
+            assert last_of.get(key) == tail, f"acknowledged batch {key} lost or moved"
+        tail = len(events)
+        assert await shared_world.log.append("crash", [NewEvent(data=b"after")]) == tail + 1
+
+    @pytest.mark.world_process
+    async def test_process_claimers_never_share(
+        self, shared_world: World, world_target: WorldTarget
+    ) -> None:
+        ids = {await shared_world.queue.enqueue("jobs", str(i).encode()) for i in range(24)}
+        commands = [
+            world_target.child_command("claim", "jobs", "--worker", f"w{i}", "--limit", "2")
+            for i in range(2)
+        ]
+        claimed: list[str] = []
+        async with _spawn(commands) as children:
+            for child in children:
+                await child.go()
+
+            async def collect(child: _Child) -> None:
+                claimed.extend(line["id"] for line in await child.rest())
+
+            async with anyio.create_task_group() as group:
+                for child in children:
+                    group.start_soon(collect, child)
+        assert sorted(claimed) == sorted(ids), "a message went to two processes, or was lost"
+        assert await shared_world.queue.claim("jobs", "w", lease=60.0) == []

@@ -1,0 +1,36 @@
+"""WorldContract: every contract area at once, what a backend's test class derives from."""
+
+from __future__ import annotations
+
+from world_conformance._isolation import IsolationContract
+from world_conformance._lifecycle import LifecycleContract
+from world_conformance._log import LogContract
+from world_conformance._model import ModelContract
+from world_conformance._outbox import OutboxContract
+from world_conformance._payload import PayloadContract
+from world_conformance._process import ProcessContract
+from world_conformance._queue import QueueContract
+from world_conformance._stream import StreamContract
+
+__all__ = ["WorldContract"]
+
+
+class WorldContract(
+    LogContract,
+    QueueContract,
+    StreamContract,
+    PayloadContract,
+    IsolationContract,
+    OutboxContract,
+    LifecycleContract,
+    ProcessContract,
+    ModelContract,
+    # Contracts of the layers above the SPI join here, one line each (JournalContract ...).
+):
+    """Every contract of the World SPI. A backend's conformance file is::
+
+    from world_conformance import WorldContract
+
+    class TestPostgresWorld(WorldContract):
+        world_name = "postgres"
+    """

@@ -1,0 +1,329 @@
+"""JournalContract: the durable step journal's promises, on the World under test.
+
+The evaluations of the durable-step-journal pattern, run against every backend: the crash
+matrix (a real worker process killed with ``os._exit`` before and after every step, continued
+by a fresh worker), replay with the model switched off, two workers on one turn, an
+interrupted ``never`` tool the model must check before retrying, a wrongly labelled tool, and
+a code change between crash and replay. Side effects are counted outside the journal (a file
+the ``act`` tool appends to); model calls are counted at the model client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import anyio
+import pytest
+
+from world_conformance._base import ContractBase
+from world_conformance._support import WAIT, aclose
+from world_conformance._target import WorldTarget
+from world_conformance.journal_agent import (
+    MESSAGE,
+    REPLY,
+    careful,
+    careless,
+    effects,
+    make_agent,
+)
+from world_core import (
+    POSSIBLY_RAN,
+    Agent,
+    Client,
+    Journal,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    TurnResult,
+    Worker,
+    World,
+    digest_of,
+    session_log_id,
+)
+from world_core.errors import DuplicateKeyError, NonDeterminismError, WorldError
+
+__all__ = ["JournalContract"]
+
+AGENT = "world_conformance.journal_agent:build_agent"
+TURN = "t1"
+LEASE = 2.0  # short, so a replacement claims the turn soon after a crash
+CRASH_POINTS = [f"{n}:{when}" for n in range(5) for when in ("before_run", "after_run")]
+"""The clean turn's steps: 0 model, 1 lookup, 2 model, 3 act, 4 model."""
+
+
+async def _outcomes(world: World, session: str) -> list[dict[str, object]]:
+    found: list[dict[str, object]] = []
+    for event in await world.log.read(session_log_id(session)):
+        body = json.loads(event.data)
+        if body.get("t") == "outcome":
+            found.append(body)
+    return found
+
+
+async def _crashed_worker(
+    target: WorldTarget, queue: str, effects_file: Path, crash_at: str, replay: str = "never"
+) -> None:
+    """Run one worker process with CRASH_AT; assert it died there (status 1)."""
+    command = [sys.executable, "-m", "world_core._cli", "worker", "--agent", AGENT, "--once"]
+    command += ["--wait", str(WAIT), "--lease", str(LEASE), "--queue", queue]
+    command += ["--world", target.name, "--namespace", target.namespace]
+    if target.url is not None:
+        command += ["--url", target.url]
+    env = {
+        **os.environ,
+        "CRASH_AT": crash_at,
+        "WORLD_JOURNAL_EFFECTS": str(effects_file),
+        "WORLD_JOURNAL_ACT_REPLAY": replay,
+    }
+    with anyio.fail_after(WAIT * 3):
+        done = await anyio.run_process(command, env=env, check=False)
+    assert done.returncode == 1, (
+        f"the worker with CRASH_AT={crash_at} exited {done.returncode} instead of crashing:\n"
+        f"{done.stdout.decode(errors='replace')}\n{done.stderr.decode(errors='replace')[-3000:]}"
+    )
+
+
+async def _replacement(world: World, queue: str, agent: Agent) -> TurnResult:
+    worker = Worker(world, agent, queue=queue, lease=LEASE, crash=None)
+    with anyio.fail_after(WAIT * 2):
+        result = await worker.run_once(wait=WAIT)
+    assert result is not None, "the replacement worker got no turn: the lease never ran out?"
+    return result
+
+
+async def _interrupt(world: World, effects_file: Path, session: str, *, happened: bool) -> None:
+    """Run the turn until ``act`` is inside its call (after its side effect when ``happened``),
+    then cancel it there: the intent is durable, no outcome is."""
+    inside = anyio.Event()
+
+    async def hang() -> None:
+        inside.set()
+        await anyio.sleep_forever()
+
+    agent = make_agent(
+        effects_file,
+        before_act=None if happened else hang,
+        after_act=hang if happened else None,
+    )
+    journal = await Journal.open(world, session, TURN)
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(agent.run_turn, journal)
+            await inside.wait()
+            tg.cancel_scope.cancel()
+
+
+class JournalContract(ContractBase):
+    """The journal's rules, end to end, on the World under test."""
+
+    contract_area: ClassVar[str] = "journal"
+
+    @pytest.fixture
+    def effects_file(self, tmp_path: Path) -> Path:
+        return tmp_path / "effects.log"
+
+    # -- the crash matrix ------------------------------------------------------------------------
+
+    @pytest.mark.world_process
+    async def test_journal_crash_matrix(
+        self, world: World, world_target: WorldTarget, effects_file: Path
+    ) -> None:
+        """Killed before and after every step, then continued by a fresh worker: zero model
+        calls repeated for finished steps, exactly one side effect, the clean run's reply."""
+        clean = Client(world, queue="clean")
+        await clean.submit("clean", MESSAGE, turn_id=TURN)
+        result = await _replacement(world, "clean", make_agent(effects_file))
+        assert result.reply == REPLY
+        steps = [(o["kind"], o["name"]) for o in await _outcomes(world, "clean")]
+        assert steps == [
+            ("model", "model"),
+            ("tool", "lookup"),
+            ("model", "model"),
+            ("tool", "act"),
+            ("model", "model"),
+        ]
+        rows: dict[str, tuple[int, int, bool]] = {}
+        limiter = anyio.CapacityLimiter(4)
+
+        async def point(index: int, crash_at: str) -> None:
+            session, queue = f"crash-{index}", f"crash-{index}"
+            await Client(world, queue=queue).submit(session, MESSAGE, turn_id=TURN)
+            async with limiter:
+                await _crashed_worker(world_target, queue, effects_file, crash_at)
+            outcomes = await _outcomes(world, session)
+            finished = {o["digest"] for o in outcomes if o["kind"] == "model"}
+            model = ScriptedModel(careful)
+            done = await _replacement(world, queue, make_agent(effects_file, model=model))
+            repeated = sum(digest_of(r.model_dump(mode="json")) in finished for r in model.calls)
+            rows[crash_at] = (repeated, len(effects(effects_file, session)), done.reply == REPLY)
+
+        async with anyio.create_task_group() as tg:
+            for index, crash_at in enumerate(CRASH_POINTS):
+                tg.start_soon(point, index, crash_at)
+        expected = {crash_at: (0, 1, True) for crash_at in CRASH_POINTS}
+        assert rows == expected, "crash point: (repeated model calls, side effects, same reply)"
+
+    async def test_journal_replay_with_model_off(self, world: World, effects_file: Path) -> None:
+        """A finished turn replays to the same reply with zero model calls and no writes."""
+        client = Client(world, queue="q")
+        await client.submit("s", MESSAGE, turn_id=TURN)
+        first = await Journal.open(world, "s", TURN)
+        reply = await make_agent(effects_file).run_turn(first)
+        tail = await world.log.tail(session_log_id("s"))
+
+        def off(request: ModelRequest) -> ModelReply:
+            raise AssertionError("the model was called during replay")
+
+        model = ScriptedModel(off)
+        again = await Journal.open(world, "s", TURN)
+        assert await make_agent(effects_file, model=model).run_turn(again) == reply == REPLY
+        assert model.calls == []
+        assert again.model_calls == 0
+        assert again.tool_runs == 0
+        assert again.replayed == 5
+        assert await world.log.tail(session_log_id("s")) == tail
+        assert len(effects(effects_file, "s")) == 1
+
+    # -- two workers -----------------------------------------------------------------------------
+
+    async def test_journal_two_workers_one_turn(self, world: World, effects_file: Path) -> None:
+        """Lease 5 s, a never tool busy for 10 s, the first worker not renewing: the second
+        worker takes the turn when the lease runs out and does not run the tool (its intent
+        is taken); the first worker's late outcome is refused by the key; one outcome."""
+        client = Client(world, queue="q")
+        await client.submit("s", MESSAGE, turn_id=TURN)
+
+        async def slow() -> None:
+            await anyio.sleep(10)
+
+        first = Worker(
+            world,
+            make_agent(effects_file, after_act=slow),
+            queue="q",
+            lease=5,
+            heartbeat=False,
+            name="first",
+            crash=None,
+        )
+        second = Worker(
+            world, make_agent(effects_file), queue="q", lease=5, name="second", crash=None
+        )
+        results: dict[str, TurnResult | None] = {}
+
+        async def run_first() -> None:
+            results["first"] = await first.run_once(wait=0)
+
+        log_id = session_log_id("s")
+        with anyio.fail_after(WAIT * 2):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_first)
+                watch = world.log.watch(log_id)
+                async for event in watch:  # the first worker is inside act: its intent is in
+                    if event.key == f"turn/{TURN}/step/3/intent":
+                        break
+                await aclose(watch)
+                results["second"] = await second.run_once(wait=WAIT)
+        first_result, second_result = results["first"], results["second"]
+        assert first_result is not None
+        assert second_result is not None
+        assert second_result.status == "done"
+        assert second_result.reply == REPLY
+        assert second_result.tool_runs == 1  # lookup("done") only: act was not run again
+        assert first_result.status == "superseded", first_result
+        assert (first_result.error or "").startswith("DuplicateKeyError")
+        act_outcomes = [o for o in await _outcomes(world, "s") if o["step"] == 3]
+        assert len(act_outcomes) == 1
+        assert act_outcomes[0]["result"] == {"output": POSSIBLY_RAN, "interrupted": True}
+        assert len(effects(effects_file, "s")) == 1
+        assert await client.reply("s", TURN) == REPLY
+
+    async def test_journal_two_workers_one_step_key(self, world: World, effects_file: Path) -> None:
+        """Two workers that both found a never step empty: the second one's intent is refused
+        by the key, it stops without running the tool, and its Journal refuses further steps."""
+        await Client(world, queue="q").submit("s", MESSAGE, turn_id=TURN)
+        act = make_agent(effects_file).tools.get("act")
+        assert act is not None
+        one = await Journal.open(world, "s", TURN)
+        two = await Journal.open(world, "s", TURN)
+        assert await one.call(act, {"text": "x"}) == "acted"
+        with pytest.raises(DuplicateKeyError) as caught:
+            await two.call(act, {"text": "x"})
+        assert caught.value.key == f"turn/{TURN}/step/0/intent"
+        assert len(effects(effects_file, "s")) == 1
+        assert two.tool_runs == 0
+        with pytest.raises(WorldError, match="open a new one"):
+            two.now()
+
+    # -- the "may or may not have happened" note --------------------------------------------------
+
+    async def test_journal_interrupted_never_tool_checks_state(
+        self, world: World, effects_file: Path
+    ) -> None:
+        """An interrupted never tool is not run again; the model is told it may have happened.
+        20 interrupted turns (half after the side effect, half before): a model that checks
+        (calls lookup) before retrying passes all; one that retries blindly passes none."""
+
+        async def pass_rate(policy_name: str) -> float:
+            passed = 0
+            for i in range(20):
+                session = f"{policy_name}-{i}"
+                await Client(world, queue="q").submit(session, MESSAGE, turn_id=TURN)
+                await _interrupt(world, effects_file, session, happened=i % 2 == 0)
+                policy = careful if policy_name == "careful" else careless
+                journal = await Journal.open(world, session, TURN)
+                reply = await make_agent(effects_file, model=ScriptedModel(policy)).run_turn(
+                    journal
+                )
+                tools = [o["name"] for o in await _outcomes(world, session) if o["kind"] == "tool"]
+                assert tools[:2] == ["lookup", "act"]
+                checked_first = tools[2:3] == ["lookup"]
+                once = len(effects(effects_file, session)) == 1
+                passed += checked_first and once and reply == REPLY
+            return passed / 20
+
+        assert await pass_rate("careful") == 1.0
+        assert await pass_rate("careless") == 0.0
+
+    # -- wrong label, code change ----------------------------------------------------------------
+
+    @pytest.mark.world_process
+    async def test_journal_wrong_label_duplicates(
+        self, world: World, world_target: WorldTarget, effects_file: Path
+    ) -> None:
+        """``act`` wrongly labelled safe, crashed after it ran: the replacement runs it again
+        and the side effect happens twice (same idempotency key: only an API honouring it
+        could drop the second). This is why the label is required."""
+        await Client(world, queue="q").submit("s", MESSAGE, turn_id=TURN)
+        await _crashed_worker(world_target, "q", effects_file, "3:after_run", replay="safe")
+        done = await _replacement(world, "q", make_agent(effects_file, act_replay="safe"))
+        assert done.reply == REPLY
+        keys = effects(effects_file, "s")
+        assert len(keys) == 2
+        assert keys[0] == keys[1] == f"s/{TURN}/step-3"
+
+    @pytest.mark.world_process
+    async def test_journal_code_change_raises_nondeterminism(
+        self, world: World, world_target: WorldTarget, effects_file: Path
+    ) -> None:
+        """Crashed before act ran, replayed by changed code (another system prompt): the first
+        step already differs, NonDeterminismError shows both sides, nothing is written."""
+        await Client(world, queue="q").submit("s", MESSAGE, turn_id=TURN)
+        await _crashed_worker(world_target, "q", effects_file, "3:before_run")
+        log_id = session_log_id("s")
+        tail = await world.log.tail(log_id)
+        changed = make_agent(effects_file)
+        changed.system = "Act once. Check before repeating. (edited after the crash)"
+        journal = await Journal.open(world, "s", TURN)
+        with pytest.raises(NonDeterminismError) as caught:
+            await changed.run_turn(journal)
+        error = caught.value
+        assert error.position == f"turn {TURN} step 0"
+        assert isinstance(error.recorded, dict)
+        assert isinstance(error.attempted, dict)
+        assert error.recorded["digest"] != error.attempted["digest"]
+        assert await world.log.tail(log_id) == tail
+        assert effects(effects_file, "s") == []

@@ -1,0 +1,278 @@
+"""The ``world_conformance`` pytest plugin (loaded through the ``pytest11`` entry point).
+
+Options:
+    ``--world NAME``: the World the shipped ``TestSelectedWorld`` runs against (``pytest
+    --pyargs world_conformance --world NAME``); contract classes whose ``world_name`` names
+    another World are deselected, so ``--world postgres`` runs only Postgres's contracts.
+    ``--world-url URL``: the server (or folder) of that World; needs ``--world``.
+
+Fixtures:
+    ``world_name``: the class's (or module's) ``world_name``, else ``--world``; skips (or
+    fails, under ``WORLD_REQUIRE``) when that World is not installed.
+    ``world_url``: the server of that World, from ``--world-url`` or the session's
+    provisioner (see :class:`world_conformance._provision.Provisioner`). Override it in a test
+    class to aim the contracts at another server.
+    ``world_target``: a :class:`~world_conformance.WorldTarget` with a fresh namespace.
+    ``world``: that namespace opened, purged and closed after the test.
+    ``world_servers``: the session's provisioner.
+
+Environment:
+    ``WORLD_TEST_<NAME>_URL``: a server per backend; ``WORLD_REQUIRE``: backends
+    (comma-separated, or ``all``) whose missing server fails the test instead of skipping it.
+
+Loading this module imports no database driver, Docker client or testcontainers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+import pytest
+
+from world_conformance._base import ContractBase
+from world_conformance._provision import Provisioner, Unavailable, required_names, server_key
+from world_conformance._support import fresh_namespace
+from world_conformance._target import WorldTarget
+from world_core import World, resolve_world
+from world_core.errors import ConfigurationError
+
+__all__ = [
+    "world",
+    "world_name",
+    "world_servers",
+    "world_target",
+    "world_url",
+]
+
+
+@dataclass
+class _Tally:
+    """What the end-of-run report needs: the area and World of each contract test."""
+
+    where: dict[str, tuple[str, str]] = field(default_factory=dict)
+    outcome: dict[str, str] = field(default_factory=dict)
+    reason: dict[str, str] = field(default_factory=dict)
+
+
+_TALLY = pytest.StashKey[_Tally]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("world", "world conformance suite")
+    group.addoption(
+        "--world",
+        dest="world",
+        default=None,
+        metavar="NAME",
+        help="World to run the contracts against (entry point, distribution or module:attr); "
+        "deselects contract classes of other Worlds.",
+    )
+    group.addoption(
+        "--world-url",
+        dest="world_url",
+        default=None,
+        metavar="URL",
+        help="server URL (or folder) of the World given by --world.",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "world_process: a conformance test that spawns child processes"
+    )
+    if config.getoption("world_url") and not config.getoption("world"):
+        raise pytest.UsageError("--world-url needs --world NAME to say which World it is for")
+    tally = _Tally()
+    config.stash[_TALLY] = tally
+    config.pluginmanager.register(_Reporter(tally), "world_conformance_report")
+
+
+def _defining_class(cls: type, name: str) -> type | None:
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    return None
+
+
+def _area(cls: type, name: str) -> str:
+    klass = _defining_class(cls, name)
+    if klass is None:
+        return "world"
+    area = vars(klass).get("contract_area")
+    return area if isinstance(area, str) else "world"
+
+
+def _check_known_gaps(cls: type[ContractBase]) -> None:
+    for key in cls.known_gaps:
+        base = key.split("[", 1)[0]
+        if not base.startswith("test_") or not callable(getattr(cls, base, None)):
+            raise pytest.UsageError(
+                f"{cls.__qualname__}.known_gaps names {key!r}, which is no test of the class; "
+                "use the test's name as the run shows it"
+            )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    selected_world: str | None = config.getoption("world")
+    tally = config.stash[_TALLY]
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    checked: set[type] = set()
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if not (isinstance(item, pytest.Function) and cls and issubclass(cls, ContractBase)):
+            keep.append(item)
+            continue
+        if cls not in checked:
+            _check_known_gaps(cls)
+            checked.add(cls)
+        name = cls.world_name
+        if selected_world and name and server_key(name) != server_key(selected_world):
+            dropped.append(item)
+            continue
+        keep.append(item)
+        for key in (item.name, item.originalname):
+            if key in cls.known_gaps:
+                item.add_marker(
+                    pytest.mark.xfail(reason=f"known gap: {cls.known_gaps[key]}", strict=True)
+                )
+                break
+        world = name or selected_world or "(no --world)"
+        tally.where[item.nodeid] = (world, _area(cls, item.originalname))
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+_COLUMNS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+
+
+class _Reporter:
+    """Counts contract outcomes per World and area and prints them at the end of the run."""
+
+    def __init__(self, tally: _Tally) -> None:
+        self.tally = tally
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        tally = self.tally
+        if report.nodeid not in tally.where:
+            return
+        if report.when == "setup":
+            if report.skipped:
+                tally.outcome[report.nodeid] = "skipped"
+                tally.reason[report.nodeid] = _skip_reason(report)
+            elif report.failed:
+                tally.outcome[report.nodeid] = "error"
+        elif report.when == "call":
+            if hasattr(report, "wasxfail"):
+                tally.outcome[report.nodeid] = "xfailed" if report.skipped else "xpassed"
+            elif report.skipped:
+                tally.outcome[report.nodeid] = "skipped"
+                tally.reason[report.nodeid] = _skip_reason(report)
+            else:
+                tally.outcome[report.nodeid] = report.outcome
+        elif report.failed and tally.outcome.get(report.nodeid) != "failed":
+            tally.outcome[report.nodeid] = "error"
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        tally = self.tally
+        if not tally.outcome:
+            return
+        counts: dict[tuple[str, str], Counter[str]] = {}
+        reasons: Counter[tuple[str, str, str]] = Counter()
+        for nodeid, outcome in tally.outcome.items():
+            world, area = tally.where[nodeid]
+            counts.setdefault((world, area), Counter())[outcome] += 1
+            if outcome == "skipped":
+                reasons[(world, area, tally.reason.get(nodeid, "?"))] += 1
+        write = terminalreporter.write_line
+        terminalreporter.write_sep("=", "world conformance: results per contract area")
+        write(f"{'world':<14}{'area':<12}" + "".join(f"{column:>9}" for column in _COLUMNS))
+        for (world, area), counter in sorted(counts.items()):
+            write(f"{world:<14}{area:<12}" + "".join(f"{counter[c]:>9}" for c in _COLUMNS))
+        if reasons:
+            write("skipped, with reasons:")
+            for (world, area, reason), count in sorted(reasons.items()):
+                write(f"  {world} {area} ({count}): {reason}")
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------
+
+
+def _unavailable(name: str, reason: str) -> NoReturn:
+    required = required_names()
+    if "all" in required or name.lower() in required or server_key(name) in required:
+        pytest.fail(f"{reason} (WORLD_REQUIRE names {name!r}, so this fails)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def world_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provisioner]:
+    """The session's provisioner: one server per backend, containers stopped at the end."""
+    provisioner = Provisioner(lambda stem: tmp_path_factory.mktemp(stem))
+    try:
+        yield provisioner
+    finally:
+        provisioner.close()
+
+
+_INSTALLED: dict[str, str | None] = {}
+
+
+@pytest.fixture
+def world_name(request: pytest.FixtureRequest) -> str:
+    """The World under test: the class's ``world_name``, the module's, else ``--world``."""
+    name = getattr(request.cls, "world_name", None) or getattr(request.module, "world_name", None)
+    name = name or request.config.getoption("world")
+    if not isinstance(name, str) or not name:
+        pytest.skip("no World selected: set world_name on the test class or pass --world NAME")
+    if name not in _INSTALLED:
+        try:
+            resolve_world(name)
+            _INSTALLED[name] = None
+        except ConfigurationError as exc:
+            _INSTALLED[name] = str(exc)
+    problem = _INSTALLED[name]
+    if problem is not None:
+        _unavailable(name, problem)
+    return name
+
+
+@pytest.fixture
+def world_url(request: pytest.FixtureRequest, world_name: str, world_servers: Provisioner) -> str:
+    """The server (or folder) of the World under test; override in a class for another one."""
+    given = request.config.getoption("world_url")
+    if isinstance(given, str) and given:
+        return given
+    try:
+        return world_servers.url(server_key(world_name))
+    except Unavailable as exc:
+        _unavailable(world_name, str(exc))
+
+
+@pytest.fixture
+def world_target(world_name: str, world_url: str) -> WorldTarget:
+    """The World under test with a namespace no other test uses."""
+    return WorldTarget(name=world_name, url=world_url, namespace=fresh_namespace())
+
+
+@pytest.fixture
+async def world(world_target: WorldTarget) -> AsyncIterator[World]:
+    """The test's own namespace of the World under test; purged and closed afterwards."""
+    async with world_target.scratch() as opened:
+        yield opened
