@@ -187,8 +187,11 @@ async def open_connection(url: str) -> Connection:
                     info = await probe.execute_command("INFO", "cluster")
             finally:
                 await probe.aclose()
-            text = info.decode() if isinstance(info, bytes) else str(info)
-            cluster = "cluster_enabled:1" in text
+            if isinstance(info, dict):  # redis-py parses INFO into a dict
+                cluster = str(info.get("cluster_enabled", 0)) == "1"
+            else:
+                text = info.decode() if isinstance(info, bytes) else str(info)
+                cluster = "cluster_enabled:1" in text
         if cluster:
             cmain, cblocking = _cluster(plain, blocking=False), _cluster(plain, blocking=True)
             try:

@@ -62,7 +62,8 @@ class RedisWorld(World):
                 for node in client.get_primaries():
                     cursor = 0
                     while True:
-                        cursor, found = await client.execute_command(
+                        # The cluster client answers SCAN as ({node: cursor}, keys).
+                        cursors, found = await client.execute_command(
                             "SCAN",
                             cursor,
                             "MATCH",
@@ -71,6 +72,7 @@ class RedisWorld(World):
                             _SCAN_COUNT,
                             target_nodes=node,
                         )
+                        cursor = cursors[node.name] if isinstance(cursors, dict) else cursors
                         if found:
                             await client.unlink(*found)  # split by slot by the client
                         if int(cursor) == 0:
