@@ -1,1 +1,12 @@
-"""Work in progress: see the issue tracker."""
+"""The MongoDB World backend: logs, queues and streams on pymongo's AsyncMongoClient.
+
+Works on a standalone mongod (no transactions, no change streams); uses change streams for
+wake-ups where a replica set offers them. Open it through ``world_core.open_world`` with
+``WORKFLOW_TARGET_WORLD=mongo`` and ``WORKFLOW_MONGO_URL``, or directly::
+
+    world = await connect(url="mongodb://127.0.0.1:27017/app", namespace="default")
+"""
+
+from world_mongo._world import DEFAULT_DATABASE, URL_VARIABLE, MongoWorld, connect
+
+__all__ = ["DEFAULT_DATABASE", "URL_VARIABLE", "MongoWorld", "connect"]

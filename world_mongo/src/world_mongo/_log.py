@@ -1,0 +1,277 @@
+"""MongoLog: logs on Segments, with event keys and an indexed status on the head."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from world_core.errors import (
+    ConflictError,
+    DuplicateKeyError,
+    InvalidArgumentError,
+    PayloadTooLargeError,
+    UnsupportedError,
+)
+from world_core.spi import (
+    MAX_LIST_LIMIT,
+    Event,
+    Log,
+    LogInfo,
+    NewEvent,
+    OutboxMessage,
+    Page,
+    validate_append,
+    validate_id,
+    validate_limit,
+)
+from world_mongo._errors import BSON_LIMIT, translate
+from world_mongo._segments import Doc, Segments
+
+if TYPE_CHECKING:
+    from world_mongo._world import MongoWorld
+
+__all__ = ["MongoLog"]
+
+# Room left in a 16 MiB document for field names, positions and the head's own fields.
+_DOC_SLACK = 64 * 1024
+_PER_EVENT_OVERHEAD = 32
+
+
+def _event(seq: int, item: Doc) -> Event:
+    return Event(seq=seq, data=item["d"], key=item.get("k"))
+
+
+def _successor(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix``, or None."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars[-1]) + 1
+        if code == 0xD800:
+            code = 0xE000  # surrogates never occur in valid ids
+        if code <= 0x10FFFF:
+            chars[-1] = chr(code)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
+class MongoLog(Log):
+    def __init__(self, world: MongoWorld, segments: Segments) -> None:
+        self._world = world
+        self._seg = segments
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
+        if messages:
+            raise UnsupportedError(
+                "world_mongo has no outbox: a standalone mongod cannot write a log batch and "
+                "queue messages atomically. Enqueue after the append, idempotently (dedup_key)."
+            )
+        items: list[Doc] = []
+        keys: list[str] = []
+        size = 0
+        for event in events:
+            item: Doc = {"d": event.data}
+            size += len(event.data) + _PER_EVENT_OVERHEAD
+            if event.key is not None:
+                item["k"] = event.key
+                keys.append(event.key)
+                size += 2 * len(event.key.encode("utf-8"))
+            items.append(item)
+        if size > BSON_LIMIT - _DOC_SLACK:
+            raise PayloadTooLargeError(
+                f"append of {len(items)} events needs about {size} bytes in one MongoDB "
+                f"document; the limit is {BSON_LIMIT - _DOC_SLACK}: split the batch",
+                size=size,
+                limit=BSON_LIMIT - _DOC_SLACK,
+            )
+        world = self._world
+        world.check_open()
+        with translate("append to a log"):
+            while True:
+                head = await self._seg.load_head(log_id, items=True)
+                tail = head["n"] if head is not None else 0
+                if expect_tail is not None and tail != expect_tail:
+                    raise ConflictError(
+                        f"log {log_id!r} has tail {tail}, not {expect_tail}: read the new "
+                        "events and decide again",
+                        expected=expect_tail,
+                        actual=tail,
+                    )
+                if head is not None:
+                    await self._seg.flush(log_id, head)
+                    if keys:
+                        await self._refuse_existing_keys(log_id, head, keys)
+                set_fields = {"status": status} if status is not None else None
+                new_tail = await self._seg.try_commit(
+                    log_id,
+                    head,
+                    items,
+                    keys=keys,
+                    set_fields=set_fields,
+                    new_fields={"status": status},
+                )
+                if new_tail is not None:
+                    world.notifier.notify("log", log_id)
+                    return new_tail
+                # Another writer committed first: read its head again, after a short jitter
+                # so that a crowd of writers does not retry in lock step.
+                await anyio.sleep(random.random() * 0.002)
+
+    async def _refuse_existing_keys(self, log_id: str, head: Doc, keys: list[str]) -> None:
+        # Only batches the head already covers: a clash beyond it belongs to a commit made
+        # after our read, and our own commit will fail and re-read (so expect_tail's
+        # ConflictError keeps its priority over the key check).
+        seg = await self._seg.segs.find_one(
+            {"g": head["g"], "keys": {"$in": keys}, "f": {"$lt": head["n"]}},
+            {"f": 1, "items": 1},
+        )
+        if seg is None:
+            return
+        stored = {item.get("k"): (seg["f"] + i + 1, item) for i, item in enumerate(seg["items"])}
+        for key in keys:
+            if key in stored:
+                seq, item = stored[key]
+                raise DuplicateKeyError(
+                    f"log {log_id!r} already holds key {key!r} (seq {seq}); nothing of the "
+                    "batch was written: use the stored event",
+                    key=key,
+                    existing=_event(seq, item),
+                )
+
+    async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        validate_id(log_id, "log_id")
+        _check_position(after, "after")
+        validate_limit(limit)
+        self._world.check_open()
+        with translate("read a log"):
+            head = await self._seg.load_head(log_id, items=True)
+            if head is None:
+                return []
+            found = await self._seg.read(log_id, head, after, limit)
+        return [_event(pos + 1, item) for pos, item in found]
+
+    async def get(self, log_id: str, key: str) -> Event | None:
+        validate_id(log_id, "log_id")
+        validate_id(key, "event key")
+        self._world.check_open()
+        with translate("get a log event"):
+            head = await self._seg.load_head(log_id, items=True)
+            if head is None:
+                return None
+            last = head.get("last") or {}
+            if key in (last.get("keys") or ()):
+                for i, item in enumerate(last["items"]):
+                    if item.get("k") == key:
+                        return _event(last["f"] + i + 1, item)
+            seg = await self._seg.segs.find_one(
+                {"g": head["g"], "keys": key, "f": {"$lt": last.get("f", head["n"])}},
+                {"f": 1, "items": 1},
+            )
+        if seg is None:
+            return None
+        for i, item in enumerate(seg["items"]):
+            if item.get("k") == key:
+                return _event(seg["f"] + i + 1, item)
+        return None
+
+    async def tail(self, log_id: str) -> int:
+        validate_id(log_id, "log_id")
+        self._world.check_open()
+        with translate("read a log's tail"):
+            head = await self._seg.heads.find_one({"_id": log_id}, {"n": 1})
+        return int(head["n"]) if head is not None else 0
+
+    async def info(self, log_id: str) -> LogInfo | None:
+        validate_id(log_id, "log_id")
+        self._world.check_open()
+        with translate("read a log's info"):
+            head = await self._seg.heads.find_one({"_id": log_id}, {"n": 1, "status": 1})
+        if head is None:
+            return None
+        return LogInfo(log_id=log_id, tail=head["n"], status=head.get("status"))
+
+    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        validate_id(log_id, "log_id")
+        _check_position(after, "after")
+        world = self._world
+        backoff = world.new_backoff()
+        position = after
+        with world.notifier.subscribe("log", log_id) as sub:
+            while True:
+                world.check_open()
+                with translate("watch a log"):
+                    head = await self._seg.heads.find_one({"_id": log_id}, {"n": 1})
+                    found: list[tuple[int, Any]] = []
+                    if head is not None and head["n"] > position:
+                        full = await self._seg.load_head(log_id, items=True)
+                        if full is not None:
+                            found = await self._seg.read(log_id, full, position, 1000)
+                if found:
+                    backoff.reset()
+                    for pos, item in found:
+                        position = pos + 1
+                        yield _event(position, item)
+                    continue
+                await sub.wait(backoff.next())
+
+    async def list_logs(
+        self,
+        *,
+        prefix: str = "",
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[LogInfo]:
+        if not isinstance(prefix, str):
+            raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
+        if status is not None:
+            validate_id(status, "status")
+        if cursor is not None and not isinstance(cursor, str):
+            raise InvalidArgumentError(f"cursor must be a str or None, got {cursor!r}")
+        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        self._world.check_open()
+        bounds: Doc = {}
+        if prefix:
+            bounds["$gte"] = prefix
+            upper = _successor(prefix)
+            if upper is not None:
+                bounds["$lt"] = upper
+        # The cursor is the last id of the previous page.
+        if cursor and ("$gte" not in bounds or cursor >= bounds["$gte"]):
+            bounds.pop("$gte", None)
+            bounds["$gt"] = cursor
+        query: Doc = {"_id": bounds} if bounds else {}
+        if status is not None:
+            query["status"] = status
+        with translate("list logs"):
+            docs = await self._seg.heads.find(
+                query, {"n": 1, "status": 1}, sort=[("_id", 1)], limit=limit + 1
+            ).to_list()
+        items = [LogInfo(log_id=d["_id"], tail=d["n"], status=d.get("status")) for d in docs]
+        more = len(items) > limit
+        items = items[:limit]
+        return Page(items=items, next_cursor=items[-1].log_id if more else None)
+
+    async def delete(self, log_id: str) -> None:
+        validate_id(log_id, "log_id")
+        self._world.check_open()
+        with translate("delete a log"):
+            await self._seg.delete(log_id)
+        self._world.notifier.notify("log", log_id)
+
+
+def _check_position(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{what} must be an int >= 0, got {value!r}")

@@ -1,0 +1,60 @@
+"""Fixtures for the world_mongo tests: a real MongoDB server named by WORLD_TEST_MONGO_URL.
+
+`.ci/servers/mongo.sh` starts one (mongoeco) and prints the variable. Without it these tests
+skip, or fail when WORLD_REQUIRE names mongo (or all).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pymongo import MongoClient
+
+from world_mongo import MongoWorld, connect
+
+
+def _required() -> bool:
+    names = {p.strip().lower() for p in os.environ.get("WORLD_REQUIRE", "").split(",")}
+    return bool(names & {"all", "mongo", "world_mongo", "world-mongo"})
+
+
+@pytest.fixture(scope="session")
+def mongo_url() -> str:
+    url = os.environ.get("WORLD_TEST_MONGO_URL", "").strip()
+    if not url:
+        reason = "WORLD_TEST_MONGO_URL is not set: run .ci/servers/mongo.sh <dir> and export it"
+        if _required():
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    return url
+
+
+@pytest.fixture(scope="session")
+def is_mongoeco(mongo_url: str) -> bool:
+    """True when the server is mongoeco's wire server rather than a real mongod."""
+    with MongoClient[dict[str, Any]](mongo_url, serverSelectionTimeoutMS=10_000) as client:
+        return client.admin.command("buildInfo").get("gitVersion") == "mongoeco"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def fresh_namespace() -> str:
+    return f"wm_{secrets.token_hex(8)}"
+
+
+@pytest.fixture
+async def world(mongo_url: str) -> AsyncIterator[MongoWorld]:
+    opened = await connect(url=mongo_url, namespace=fresh_namespace())
+    try:
+        yield opened
+    finally:
+        if not opened.closed:
+            await opened.purge()
+        await opened.aclose()
