@@ -1,0 +1,281 @@
+"""Log on libSQL: events keyed by (log, seq), a tail row per log, settled under the write lock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
+
+from world_core.errors import ConflictError, DuplicateKeyError, InvalidArgumentError
+from world_core.spi import (
+    MAX_LIST_LIMIT,
+    Event,
+    Log,
+    LogInfo,
+    NewEvent,
+    OutboxMessage,
+    Page,
+    validate_append,
+    validate_id,
+    validate_limit,
+)
+from world_turso._db import (
+    Conn,
+    Database,
+    Param,
+    Row,
+    Tx,
+    as_bytes,
+    as_int,
+    as_opt_str,
+    as_str,
+)
+from world_turso._queue import enqueue_in
+from world_turso._schema import Tables
+
+__all__ = ["TursoLog"]
+
+_ROWS_PER_INSERT = 100  # 400 parameters a statement, well under SQLite's limit
+_KEYS_PER_LOOKUP = 500
+_WATCH_BATCH = 256
+_WAIT_MIN, _WAIT_MAX = 0.005, 0.2
+
+
+def _event(row: Row) -> Event:
+    return Event(seq=as_int(row[0]), key=as_opt_str(row[1]), data=as_bytes(row[2]))
+
+
+def _check_after(after: object) -> int:
+    if isinstance(after, bool) or not isinstance(after, int):
+        raise InvalidArgumentError(f"after must be an int seq, got {after!r}")
+    return after
+
+
+def _upper_bound(prefix: str) -> str | None:
+    """The least string greater than every string starting with ``prefix``."""
+    chars = list(prefix)
+    while chars:
+        code = ord(chars.pop()) + 1
+        if code == 0xD800:
+            code = 0xE000  # skip surrogates: they cannot occur in an id
+        if code <= 0x10FFFF:
+            return "".join(chars) + chr(code)
+    return None
+
+
+def _encode_cursor(log_id: str) -> str:
+    return log_id.encode("utf-8").hex()
+
+
+def _decode_cursor(cursor: object) -> str:
+    if not isinstance(cursor, str):
+        raise InvalidArgumentError(f"cursor must be a str from a previous page, got {cursor!r}")
+    try:
+        return bytes.fromhex(cursor).decode("utf-8")
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            "cursor is not one this World returned; pass a page's next_cursor unchanged"
+        ) from exc
+
+
+class TursoLog(Log):
+    def __init__(self, db: Database, tables: Tables) -> None:
+        self._db = db
+        self._t = tables
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        validate_append(
+            log_id, events, expect_tail=expect_tail, status=status, messages=list(messages)
+        )
+        batch = list(events)
+        outbox = list(messages)
+        t = self._t
+
+        def run(conn: Conn) -> int:
+            row = conn.one(f"SELECT tail FROM {t.logs} WHERE log_id = ?", [log_id])
+            tail = as_int(row[0]) if row else 0
+            if expect_tail is not None and expect_tail != tail:
+                raise ConflictError(
+                    f"log {log_id!r} has tail {tail}, not {expect_tail}; read it and decide again",
+                    expected=expect_tail,
+                    actual=tail,
+                )
+            keys = [event.key for event in batch if event.key is not None]
+            found: dict[str, Event] = {}
+            for start in range(0, len(keys), _KEYS_PER_LOOKUP):
+                chunk = keys[start : start + _KEYS_PER_LOOKUP]
+                marks = ", ".join("?" * len(chunk))
+                for hit in conn.rows(
+                    f"SELECT seq, key, data FROM {t.events} WHERE log_id = ? AND key IN ({marks})",
+                    [log_id, *chunk],
+                ):
+                    existing = _event(hit)
+                    found[as_str(hit[1])] = existing
+            for key in keys:
+                if key in found:
+                    raise DuplicateKeyError(
+                        f"log {log_id!r} already holds key {key!r} (seq {found[key].seq}); "
+                        "nothing of the batch was written",
+                        key=key,
+                        existing=found[key],
+                    )
+            for start in range(0, len(batch), _ROWS_PER_INSERT):
+                part = batch[start : start + _ROWS_PER_INSERT]
+                params: list[Param] = []
+                for offset, event in enumerate(part, start=tail + 1 + start):
+                    params += [log_id, offset, event.key, event.data]
+                conn.exec(
+                    f"INSERT INTO {t.events} (log_id, seq, key, data) VALUES "
+                    + ", ".join(["(?, ?, ?, ?)"] * len(part)),
+                    params,
+                )
+            new_tail = tail + len(batch)
+            conn.exec(
+                f"INSERT INTO {t.logs} (log_id, tail, status) VALUES (?, ?, ?) "
+                "ON CONFLICT (log_id) DO UPDATE SET tail = excluded.tail,"
+                f" status = coalesce(excluded.status, {t.logs}.status)",
+                [log_id, new_tail, status],
+            )
+            if outbox:
+                now = conn.now()
+                for message in outbox:
+                    enqueue_in(
+                        conn,
+                        t,
+                        now,
+                        message.queue,
+                        message.payload,
+                        delay=message.delay,
+                        dedup_key=message.dedup_key,
+                        max_attempts=message.max_attempts,
+                    )
+            return new_tail
+
+        return await self._db.run(run, tx=Tx.WRITE)
+
+    async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        validate_id(log_id, "log_id")
+        after = _check_after(after)
+        validate_limit(limit)
+        return await self._db.run(
+            lambda conn: self._read(conn, log_id, after, -1 if limit is None else limit),
+            tx=Tx.NONE,
+        )
+
+    def _read(self, conn: Conn, log_id: str, after: int, limit: int) -> list[Event]:
+        rows = conn.rows(
+            f"SELECT seq, key, data FROM {self._t.events} WHERE log_id = ? AND seq > ?"
+            " ORDER BY seq LIMIT ?",
+            [log_id, after, limit],
+        )
+        return [_event(row) for row in rows]
+
+    async def get(self, log_id: str, key: str) -> Event | None:
+        validate_id(log_id, "log_id")
+        validate_id(key, "event key")
+
+        def run(conn: Conn) -> Event | None:
+            row = conn.one(
+                f"SELECT seq, key, data FROM {self._t.events} WHERE log_id = ? AND key = ?",
+                [log_id, key],
+            )
+            return None if row is None else _event(row)
+
+        return await self._db.run(run, tx=Tx.NONE)
+
+    async def tail(self, log_id: str) -> int:
+        info = await self.info(log_id)
+        return 0 if info is None else info.tail
+
+    async def info(self, log_id: str) -> LogInfo | None:
+        validate_id(log_id, "log_id")
+
+        def run(conn: Conn) -> LogInfo | None:
+            row = conn.one(f"SELECT tail, status FROM {self._t.logs} WHERE log_id = ?", [log_id])
+            if row is None:
+                return None
+            return LogInfo(log_id=log_id, tail=as_int(row[0]), status=as_opt_str(row[1]))
+
+        return await self._db.run(run, tx=Tx.NONE)
+
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        validate_id(log_id, "log_id")
+        return self._watch(log_id, _check_after(after))
+
+    async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
+        db = self._db
+        delay = _WAIT_MIN
+        while True:
+            since = db.snapshot()
+            events = await db.run(
+                partial(self._read, log_id=log_id, after=after, limit=_WATCH_BATCH), tx=Tx.NONE
+            )
+            for event in events:
+                yield event
+                after = event.seq
+            if events:
+                delay = _WAIT_MIN
+                continue
+            changed = await db.wait(since, delay)
+            delay = _WAIT_MIN if changed else min(delay * 2, _WAIT_MAX)
+
+    async def list_logs(
+        self,
+        *,
+        prefix: str = "",
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[LogInfo]:
+        if not isinstance(prefix, str):
+            raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
+        if prefix:
+            validate_id(prefix, "prefix")
+        if status is not None:
+            validate_id(status, "status")
+        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        start = None if cursor is None else _decode_cursor(cursor)
+        where = ["1"]
+        params: list[Param] = []
+        if prefix:
+            where.append("log_id >= ?")
+            params.append(prefix)
+            upper = _upper_bound(prefix)
+            if upper is not None:
+                where.append("log_id < ?")
+                params.append(upper)
+        if start is not None:
+            where.append("log_id > ?")
+            params.append(start)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        sql = (
+            f"SELECT log_id, tail, status FROM {self._t.logs} WHERE {' AND '.join(where)}"
+            " ORDER BY log_id LIMIT ?"
+        )
+        rows = await self._db.run(lambda conn: conn.rows(sql, [*params, limit + 1]), tx=Tx.NONE)
+        items = [
+            LogInfo(log_id=as_str(row[0]), tail=as_int(row[1]), status=as_opt_str(row[2]))
+            for row in rows[:limit]
+        ]
+        more = len(rows) > limit
+        return Page[LogInfo](
+            items=items, next_cursor=_encode_cursor(items[-1].log_id) if more else None
+        )
+
+    async def delete(self, log_id: str) -> None:
+        validate_id(log_id, "log_id")
+
+        def run(conn: Conn) -> None:
+            conn.exec(f"DELETE FROM {self._t.events} WHERE log_id = ?", [log_id])
+            conn.exec(f"DELETE FROM {self._t.logs} WHERE log_id = ?", [log_id])
+
+        await self._db.run(run, tx=Tx.WRITE)
