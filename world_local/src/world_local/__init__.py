@@ -14,8 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import anyio.to_thread
+
 from world_core.errors import ConfigurationError
 from world_core.spi import Capabilities, World, validate_namespace
+from world_local import _outbox as outbox
+from world_local._files import sweep_temps
 from world_local._log import LocalLog
 from world_local._queue import LocalQueue
 from world_local._space import Space, translate
@@ -25,7 +29,7 @@ __all__ = ["DEFAULT_DIR", "ENV_DIR", "LocalWorld", "connect"]
 
 ENV_DIR = "WORKFLOW_LOCAL_DIR"
 DEFAULT_DIR = ".workflow-data"
-_KINDS = ("logs", "queues", "streams")
+_KINDS = ("logs", "queues", "streams", outbox.FOLDER)
 
 
 class LocalWorld(World):
@@ -41,12 +45,12 @@ class LocalWorld(World):
         self.namespace = validate_namespace(namespace)
         self._space = Space(folder / namespace)
         self.log = LocalLog(self._space)
-        self.queue = LocalQueue(self._space)
+        self.queue = LocalQueue(self._space, self.log.finish_outbox)
         self.stream = LocalStream(self._space)
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(outbox=False, shared=True, native_wakeups=False)
+        return Capabilities(outbox=True, shared=True, native_wakeups=False)
 
     def settings(self) -> Mapping[str, str]:
         return {ENV_DIR: str(self.folder), "path": str(self._space.folder)}
@@ -89,7 +93,12 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Loca
     """
     validate_namespace(namespace)
     folder = _folder(url)
-    with translate(folder):
+
+    def prepare() -> None:
         for kind in _KINDS:
             (folder / namespace / kind).mkdir(parents=True, exist_ok=True)
+            sweep_temps(folder / namespace / kind)
+
+    with translate(folder):
+        await anyio.to_thread.run_sync(prepare)
     return LocalWorld(folder, namespace)

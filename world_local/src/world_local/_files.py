@@ -32,15 +32,19 @@ from typing import Any, ClassVar, TypeVar
 
 __all__ = [
     "Blob",
+    "Busy",
     "DamagedStoreError",
     "FoldedFile",
     "encode_frame",
     "fsync_dir",
     "read_exact",
     "read_frame",
+    "sweep_temps",
+    "temp_file",
 ]
 
 MAGIC = b"WREC"
+TEMP_PREFIX = ".tmp-"
 _HEAD = struct.Struct("<4sII")
 _U32 = struct.Struct("<I")
 
@@ -48,6 +52,10 @@ Blob = tuple[int, bytes]
 """A blob as read back: its offset in the file and its bytes."""
 
 R = TypeVar("R")
+
+
+class Busy(Exception):
+    """A lock asked for without waiting is held by another thread or process."""
 
 
 class DamagedStoreError(Exception):
@@ -110,6 +118,42 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+@contextmanager
+def temp_file(folder: Path, data: bytes) -> Iterator[Path]:
+    """A new fsynced file in ``folder`` holding ``data``, for the block to link or rename into
+    place. It is flocked while the block runs, so :func:`sweep_temps` never takes it, and its
+    name is removed afterwards (a no-op once renamed)."""
+    tmp = folder / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        write_all(fd, data)
+        os.fsync(fd)
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def sweep_temps(folder: Path) -> None:
+    """Remove the temporary files that killed processes left in ``folder``."""
+    for name in os.listdir(folder):
+        if not name.startswith(TEMP_PREFIX):
+            continue
+        try:
+            fd = os.open(folder / name, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _same_file(fd, folder / name):  # still a temporary, and its writer is gone
+                os.unlink(folder / name)
+        except BlockingIOError:
+            pass  # its writer is alive
+        finally:
+            os.close(fd)
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -184,14 +228,25 @@ class FoldedFile:
                 if fd is not None:
                     os.close(fd)
 
-    def writing(self, fn: Callable[[int | None], R], *, create: bool = True) -> R:
+    def writing(
+        self, fn: Callable[[int | None], R], *, create: bool = True, block: bool = True
+    ) -> R:
         """Run ``fn(fd)`` holding the file's lock, on state that includes every committed frame
-        and with any torn tail cut off. fd is None when the file is missing and not ``create``."""
-        with self.mutex, self._locked(create) as fd:
-            self._sync(fd)
-            if fd is not None and os.fstat(fd).st_size > self.end:
-                os.ftruncate(fd, self.end)
-            return fn(fd)
+        and with any torn tail cut off. fd is None when the file is missing and not ``create``.
+
+        Raises:
+            Busy: ``block`` is false and another thread or process holds the lock.
+        """
+        if not self.mutex.acquire(blocking=block):
+            raise Busy(self.path)
+        try:
+            with self._locked(create, block) as fd:
+                self._sync(fd)
+                if fd is not None and os.fstat(fd).st_size > self.end:
+                    os.ftruncate(fd, self.end)
+                return fn(fd)
+        finally:
+            self.mutex.release()
 
     def commit(self, fd: int, frame: bytes) -> None:
         """Append one frame durably and fold it in; on failure cut it off again."""
@@ -207,9 +262,8 @@ class FoldedFile:
     def replace(self, frames: Sequence[bytes]) -> None:
         """Atomically swap the file for a new one (new uuid) holding ``frames`` after a header.
         Call only under :meth:`writing`; processes waiting for the old file's lock retry."""
-        fd, tmp = self._temp([self._header(), *frames])
-        os.close(fd)
-        os.rename(tmp, self.path)
+        with temp_file(self.path.parent, b"".join([self._header(), *frames])) as tmp:
+            os.rename(tmp, self.path)
         fsync_dir(self.path.parent)
 
     def remove(self) -> None:
@@ -220,32 +274,16 @@ class FoldedFile:
     def _header(self) -> bytes:
         return encode_frame({"kind": self.kind, "id": self.ident, "uuid": uuid.uuid4().hex})
 
-    def _temp(self, frames: Sequence[bytes]) -> tuple[int, Path]:
-        tmp = self.path.parent / f".tmp-{uuid.uuid4().hex}"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            write_all(fd, b"".join(frames))
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            tmp.unlink(missing_ok=True)
-            raise
-        return fd, tmp
-
     def _create(self) -> None:
-        fd, tmp = self._temp([self._header()])
-        os.close(fd)
-        try:
-            os.link(tmp, self.path)  # never replaces a file another process just created
-        except FileExistsError:
-            pass
-        else:
-            fsync_dir(self.path.parent)
-        finally:
-            tmp.unlink()
+        with temp_file(self.path.parent, self._header()) as tmp:
+            try:
+                os.link(tmp, self.path)  # unlike rename, never replaces a file just created
+            except FileExistsError:
+                return
+        fsync_dir(self.path.parent)
 
     @contextmanager
-    def _locked(self, create: bool) -> Iterator[int | None]:
+    def _locked(self, create: bool, block: bool) -> Iterator[int | None]:
         while True:
             try:
                 fd = os.open(self.path, os.O_RDWR)
@@ -256,7 +294,10 @@ class FoldedFile:
                 self._create()
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise Busy(self.path) from None
                 if not _same_file(fd, self.path):  # deleted or compacted while we waited
                     continue
                 yield fd

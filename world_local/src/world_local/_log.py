@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Sequence
+from contextlib import suppress
 from functools import partial
 from typing import Any
 
@@ -11,7 +12,6 @@ from world_core.errors import (
     ConflictError,
     DuplicateKeyError,
     InvalidArgumentError,
-    UnsupportedError,
 )
 from world_core.spi import (
     MAX_LIST_LIMIT,
@@ -25,7 +25,9 @@ from world_core.spi import (
     validate_id,
     validate_limit,
 )
-from world_local._files import Blob, FoldedFile, encode_frame, read_exact
+from world_local import _outbox as outbox
+from world_local._files import Blob, Busy, FoldedFile, encode_frame, read_exact
+from world_local._queue import QueueFile
 from world_local._space import POLL_MAX, POLL_MIN, Space, pause
 
 __all__ = ["LocalLog"]
@@ -96,16 +98,14 @@ class LocalLog(Log):
         messages: Sequence[OutboxMessage] = (),
     ) -> int:
         validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
-        if messages:
-            raise UnsupportedError("the local World has no outbox; enqueue after the append")
         meta: dict[str, Any] = {"keys": [event.key for event in events]}
         if status is not None:
             meta["status"] = status
-        frame = encode_frame(meta, [event.data for event in events])
-        file = self._file(log_id)
+        space, file = self._space, self._file(log_id)
 
-        def work(fd: int | None) -> int:
+        def work(fd: int | None) -> tuple[int, list[str]]:
             assert fd is not None
+            queues = outbox.finish(space, file, fd)  # what a crashed append left, first
             if expect_tail is not None and expect_tail != file.tail:
                 raise ConflictError(
                     f"log {log_id!r} has tail {file.tail}, not {expect_tail}: read it and retry",
@@ -121,12 +121,31 @@ class LocalLog(Log):
                         key=event.key,
                         existing=existing,
                     )
-            file.commit(fd, frame)
-            return file.tail
+            if messages:
+                meta["outbox"] = outbox.begin(space, file, messages)
+            file.commit(fd, encode_frame(meta, [event.data for event in events]))
+            queues += outbox.finish(space, file, fd)
+            return file.tail, queues
 
-        tail = await self._space.run(lambda: file.writing(work))
-        self._space.changed(LogFile.kind, log_id)
+        tail, queues = await space.run(lambda: file.writing(work))
+        self._changed(log_id, queues)
         return tail
+
+    def _changed(self, log_id: str, queues: list[str]) -> None:
+        self._space.changed(LogFile.kind, log_id)
+        for queue in queues:
+            self._space.changed(QueueFile.kind, queue)
+
+    def finish_outbox(self) -> list[str]:
+        """Finish the outbox appends that crashed processes left, where the log is free; the
+        queues that received messages. Blocking: call in a worker thread."""
+        queues: list[str] = []
+        for log_id in outbox.pending_logs(self._space):
+            file = self._file(log_id)
+            with suppress(Busy):  # its holder finishes it
+                finish = partial(outbox.finish, self._space, file)
+                queues += file.writing(finish, create=False, block=False)
+        return queues
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         validate_id(log_id, "log_id")
@@ -213,12 +232,14 @@ class LocalLog(Log):
         validate_id(log_id, "log_id")
         file = self._file(log_id)
 
-        def work(fd: int | None) -> None:
+        def work(fd: int | None) -> list[str]:
+            queues = outbox.finish(self._space, file, fd)  # a committed outbox outlives its log
             if fd is not None:
                 file.remove()
+            return queues
 
-        await self._space.run(lambda: file.writing(work, create=False))
-        self._space.changed(LogFile.kind, log_id)
+        queues = await self._space.run(lambda: file.writing(work, create=False))
+        self._changed(log_id, queues)
 
 
 def _decode_cursor(cursor: str | None) -> str:

@@ -30,7 +30,7 @@ from world_core.spi import (
 from world_local._files import Blob, FoldedFile, encode_frame
 from world_local._space import POLL_MAX, POLL_MIN, Space, pause
 
-__all__ = ["LocalQueue", "QueueFile"]
+__all__ = ["LocalQueue", "Message", "QueueFile", "new_message"]
 
 R = TypeVar("R")
 
@@ -58,6 +58,17 @@ class Message:
             return None
         since = self.visible_at if self.token is None else self.deadline
         return since if since <= now else None
+
+
+def new_message(payload: bytes, delay: float, dedup_key: str | None, max_attempts: int) -> Message:
+    return Message(
+        id=uuid.uuid4().hex,
+        payload=payload,
+        order=0,  # set when added
+        visible_at=time.time() + delay,
+        max_attempts=max_attempts,
+        dedup_key=dedup_key,
+    )
 
 
 _FIELDS = {f.name for f in fields(Message)} - {"payload"}
@@ -107,23 +118,29 @@ class QueueFile(FoldedFile):
             snapshot = [_put(m, i) for i, m in enumerate(kept)]
             self.replace([encode_frame({"ops": snapshot}, [m.payload for m in kept])])
 
-    def enqueue(
-        self, fd: int, payload: bytes, delay: float, dedup_key: str | None, max_attempts: int
-    ) -> str:
-        if dedup_key is not None:
-            for message in self.messages.values():
-                if message.dedup_key == dedup_key and message.dead is None:
-                    return message.id
-        message = Message(
-            id=uuid.uuid4().hex,
-            payload=payload,
-            order=self.next_order,
-            visible_at=time.time() + delay,
-            max_attempts=max_attempts,
-            dedup_key=dedup_key,
-        )
-        self.commit_ops(fd, [_put(message, 0)], [payload])
-        return message.id
+    def add(self, fd: int, new: Sequence[Message]) -> list[str]:
+        """Enqueue ``new`` in one frame and return their ids. A message whose id is already
+        here (an outbox delivery finished twice) or whose dedup key a live message carries is
+        not added; the id returned is then that message's."""
+        ids: list[str] = []
+        ops: list[dict[str, Any]] = []
+        blobs: list[bytes] = []
+        live_keys = {m.dedup_key: m.id for m in self.messages.values() if m.dead is None}
+        for message in new:
+            if message.id in self.messages:
+                ids.append(message.id)
+            elif message.dedup_key is not None and message.dedup_key in live_keys:
+                ids.append(live_keys[message.dedup_key])
+            else:
+                message.order = self.next_order + len(ops)
+                ops.append(_put(message, len(blobs)))
+                blobs.append(message.payload)
+                ids.append(message.id)
+                if message.dedup_key is not None:
+                    live_keys[message.dedup_key] = message.id
+        if ops:
+            self.commit_ops(fd, ops, blobs)
+        return ids
 
     def visible(self, now: float) -> list[Message]:
         """Visible messages in hand-out order: by the time they became visible, then enqueue
@@ -177,8 +194,12 @@ class QueueFile(FoldedFile):
 
 
 class LocalQueue(Queue):
-    def __init__(self, space: Space) -> None:
+    """``finish_outbox`` finishes outbox appends that crashed processes left (see _outbox); a
+    claim calls it first, so such messages reach their queue at the latest then."""
+
+    def __init__(self, space: Space, finish_outbox: Callable[[], list[str]]) -> None:
         self._space = space
+        self._finish_outbox = finish_outbox
 
     async def _write(
         self, queue: str, work: Callable[[QueueFile, int], R], *, create: bool = True
@@ -206,11 +227,10 @@ class LocalQueue(Queue):
         validate_enqueue(
             queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
         )
-        message_id = await self._write(
-            queue, lambda file, fd: file.enqueue(fd, payload, delay, dedup_key, max_attempts)
-        )
-        assert message_id is not None
-        return message_id
+        message = new_message(payload, delay, dedup_key, max_attempts)
+        ids = await self._write(queue, lambda file, fd: file.add(fd, [message]))
+        assert ids is not None
+        return ids[0]
 
     async def claim(
         self,
@@ -227,6 +247,8 @@ class LocalQueue(Queue):
         delay = POLL_MIN
         while True:
             changed = self._space.event(QueueFile.kind, queue)
+            for name in await self._space.run(self._finish_outbox):
+                self._space.changed(QueueFile.kind, name)
             # Look without the lock first, so idle waiting never contends with writers.
             if await self._space.run(
                 lambda: file.reading(lambda _: bool(file.visible(time.time())))
