@@ -1,0 +1,152 @@
+"""A server killed (SIGKILL) and restarted in the middle of a test, under ``appendonly yes``
+and ``appendfsync always``: nothing acknowledged is lost, and every error while the server is
+down is BackendUnavailableError."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Protocol
+
+import anyio
+import pytest
+
+from world_core import BackendUnavailableError, DuplicateKeyError, NewEvent
+from world_redis import RedisWorld, connect
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 30.0  # bound on any single wait; never an expectation
+
+
+class RestartableServer(Protocol):
+    @property
+    def url(self) -> str: ...
+
+    def kill(self) -> None: ...
+
+    def start(self) -> None: ...
+
+
+async def _open(server: RestartableServer) -> RedisWorld:
+    return await connect(url=server.url, namespace=f"rst_{secrets.token_hex(6)}")
+
+
+async def test_acknowledged_state_survives_kill_and_restart(
+    durable_server: RestartableServer,
+) -> None:
+    world = await _open(durable_server)
+    try:
+        await world.log.append("session", [NewEvent(data=b"intent", key="step/0/intent")])
+        await world.log.append(
+            "session", [NewEvent(data=b"outcome", key="step/0/outcome")], status="waiting"
+        )
+        acked = await world.queue.enqueue("jobs", b"done")
+        pending = await world.queue.enqueue("jobs", b"pending", dedup_key="p")
+        (lease,) = await world.queue.claim("jobs", "w", lease=600)
+        assert lease.message_id == acked
+        await world.queue.ack(lease)
+        await world.stream.write("out", [b"a", b"b"])
+        await world.stream.close("out")
+
+        durable_server.kill()
+        with pytest.raises(BackendUnavailableError):
+            await world.log.append("session", [NewEvent(data=b"lost?")])
+        with pytest.raises(BackendUnavailableError):
+            await world.queue.claim("jobs", "w", lease=5, wait=1)
+        with pytest.raises(BackendUnavailableError):
+            await world.stream.info("out")
+        durable_server.start()
+
+        # The same World reconnects by itself; everything acknowledged is there.
+        events = await world.log.read("session")
+        assert [(e.seq, e.key) for e in events] == [(1, "step/0/intent"), (2, "step/0/outcome")]
+        info = await world.log.info("session")
+        assert info is not None
+        assert info.status == "waiting"
+        assert [i.log_id for i in (await world.log.list_logs()).items] == ["session"]
+        assert await world.queue.enqueue("jobs", b"again", dedup_key="p") == pending
+        leases = await world.queue.claim("jobs", "w", lease=30, limit=10)
+        assert [lease.payload for lease in leases] == [b"pending"]
+        with anyio.fail_after(WAIT):
+            chunks = [chunk.data async for chunk in world.stream.read("out")]
+        assert chunks == [b"a", b"b"]
+    finally:
+        await world.purge()
+        await world.aclose()
+
+
+async def test_writer_and_watcher_across_a_restart_lose_nothing_acknowledged(
+    durable_server: RestartableServer,
+) -> None:
+    """A writer appends keyed events while the server is killed and restarted. It retries a
+    failed append with the same key (DuplicateKeyError then means the first try committed);
+    every acknowledged key must be in the log once, at dense positions; a watcher that
+    resumes after its BackendUnavailableError sees every event once, in order."""
+    world = await _open(durable_server)
+    acknowledged: list[str] = []
+    errors: list[BaseException] = []
+    watched: list[int] = []
+    written_enough = anyio.Event()
+    restarted = anyio.Event()
+    caught_up = anyio.Event()
+    target: list[int] = []  # the final tail, once the writer is done
+    try:
+
+        async def writer() -> None:
+            n, after_restart = 0, 0
+            while after_restart < 20:
+                key = f"k{n}"
+                try:
+                    await world.log.append("log", [NewEvent(data=key.encode(), key=key)])
+                except DuplicateKeyError:
+                    pass  # the earlier, unacknowledged try did commit
+                except BackendUnavailableError as exc:
+                    errors.append(exc)
+                    await anyio.sleep(0.05)  # server down: back off, retry the same key
+                    continue
+                acknowledged.append(key)
+                n += 1
+                after_restart += restarted.is_set()
+                if len(acknowledged) == 20:
+                    written_enough.set()
+
+        async def watcher() -> None:
+            after = 0
+            while True:
+                try:
+                    async for event in world.log.watch("log", after=after):
+                        assert event.seq == after + 1
+                        watched.append(event.seq)
+                        after = event.seq
+                        if target and after >= target[0]:
+                            caught_up.set()
+                except BackendUnavailableError:
+                    await anyio.sleep(0.05)  # server down: resume after the last event seen
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watcher)
+                async with anyio.create_task_group() as writers:
+                    writers.start_soon(writer)
+                    await written_enough.wait()
+                    durable_server.kill()
+                    with pytest.raises(BackendUnavailableError):
+                        await world.log.tail("log")
+                    durable_server.start()
+                    restarted.set()
+                final = await world.log.tail("log")
+                target.append(final)
+                if watched[-1:] == [final]:
+                    caught_up.set()
+                await caught_up.wait()
+                tg.cancel_scope.cancel()
+        assert all(isinstance(exc, BackendUnavailableError) for exc in errors)
+        events = await world.log.read("log")
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        keys = [e.key for e in events]
+        assert len(set(keys)) == len(keys)
+        assert set(acknowledged) <= set(keys)
+        assert watched == list(range(1, final + 1))
+    finally:
+        await world.purge()
+        await world.aclose()
