@@ -147,7 +147,7 @@ class JournalContract(ContractBase):
             ("model", "model"),
         ]
         rows: dict[str, tuple[int, int, bool]] = {}
-        limiter = anyio.CapacityLimiter(4)
+        limiter = anyio.CapacityLimiter(5)
 
         async def point(index: int, crash_at: str) -> None:
             session, queue = f"crash-{index}", f"crash-{index}"

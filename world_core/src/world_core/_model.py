@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from world_core.errors import (
@@ -21,6 +20,9 @@ from world_core.errors import (
     ConfigurationError,
     InvalidArgumentError,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "MODEL_API_KEY_VARIABLE",
@@ -144,6 +146,8 @@ class OpenAIChatModel:
         self._key = api_key
         self.model = model
         self._temperature = temperature
+        import httpx  # here, not at the top: worker processes without this client start faster
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(headers=headers, timeout=timeout)
 
@@ -189,6 +193,8 @@ class OpenAIChatModel:
             body["tools"] = request.tools
         if self._temperature is not None:
             body["temperature"] = self._temperature
+        import httpx
+
         try:
             response = await self._http.post(self._url, json=body)
         except httpx.HTTPError as exc:

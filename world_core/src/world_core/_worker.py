@@ -192,7 +192,7 @@ class Worker:
             # Another worker wrote this step first: it owns the turn now. Give it time.
             log.warning("turn %s/%s: %s; stopping", session_id, turn_id, error)
             await self._settle(current, ack=False, delay=self.lease)
-            return TurnResult(session_id, turn_id, "superseded", error=str(error), **counts)
+            return TurnResult(session_id, turn_id, "superseded", error=_describe(error), **counts)
         if error is not None:
             if isinstance(error, NonDeterminismError):
                 log.error("turn %s/%s cannot replay: %s", session_id, turn_id, error)
@@ -200,7 +200,7 @@ class Worker:
                 log.warning("turn %s/%s failed: %r", session_id, turn_id, error)
             delay = min(60.0, self.retry_delay * 2 ** max(0, lease.attempt - 1))
             await self._settle(current, ack=False, delay=delay)
-            return TurnResult(session_id, turn_id, "failed", error=str(error), **counts)
+            return TurnResult(session_id, turn_id, "failed", error=_describe(error), **counts)
         acked = await self._settle(current, ack=True)
         status: Status = "done" if acked else "lease_lost"
         return TurnResult(session_id, turn_id, status, reply=reply, **counts)
@@ -216,6 +216,10 @@ class Worker:
             except LeaseLostError:
                 return False
         return True
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 async def _stop_on_signals(stop: anyio.Event) -> None:
