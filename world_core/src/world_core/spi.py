@@ -406,7 +406,8 @@ class Log(ABC):
     A log exists from its first append until ``delete``. Positions (``seq``) are dense and
     start at 1; they are settled when the append commits, by the store's own uniqueness
     check, so any number of concurrent appenders in any number of processes never produce a
-    hole or a duplicate, and a reader never sees ``seq`` n+1 before n.
+    hole or a duplicate, and a reader never sees ``seq`` n+1 before n. A batch occupies
+    consecutive positions (``tail+1`` .. ``tail+len(events)``), never interleaved with another.
     """
 
     @abstractmethod
@@ -426,7 +427,8 @@ class Log(ABC):
             events: at least one event. Keys, where given, must be unique within the log.
             expect_tail: compare-and-set. When given, the batch is written only if the log's
                 tail (0 for a missing log) equals it.
-            status: when given, set as the log's status in the same atomic write.
+            status: when given, set as the log's status in the same atomic write; ``None``
+                keeps the current status. A refused append changes no status.
             messages: outbox messages enqueued in the same atomic write (only where
                 ``Capabilities.outbox``; otherwise a non-empty value raises UnsupportedError).
 
@@ -437,8 +439,10 @@ class Log(ABC):
             ConflictError: ``expect_tail`` differs from the tail (``.actual``). This check comes
                 before the key check.
             DuplicateKeyError: a key of the batch is already in the log; ``.existing`` is the
-                stored event. Nothing of the batch is written.
-            UnsupportedError: ``messages`` given and the backend has no outbox.
+                stored event (when several keys collide, any one of them). Nothing of the
+                batch is written, nor its status or outbox messages.
+            UnsupportedError: ``messages`` given and the backend has no outbox (after the
+                checks of :func:`validate_append`, which come first).
             InvalidIdentifierError, InvalidArgumentError, PayloadTooLargeError: see
                 :func:`validate_append`.
         """
@@ -447,7 +451,7 @@ class Log(ABC):
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         """Events with ``seq > after`` in order, at most ``limit`` (all when None).
 
-        A missing log reads as empty.
+        A missing log reads as empty. A ``limit`` below 1 raises InvalidArgumentError.
         """
 
     @abstractmethod
@@ -481,7 +485,11 @@ class Log(ABC):
         limit: int = 100,
     ) -> Page[LogInfo]:
         """Logs whose id starts with ``prefix`` (and whose status equals ``status``), ordered by
-        id in code-point order, ``limit`` (at most MAX_LIST_LIMIT) per page."""
+        id in code-point order, ``limit`` (at most MAX_LIST_LIMIT) per page.
+
+        ``prefix`` is literal text: ``%``, ``_``, ``*``, ``[`` ... match only themselves.
+        ``cursor`` is opaque. A page holds at most ``limit`` items; following ``next_cursor``
+        until it is None yields every matching log exactly once, in order."""
 
     @abstractmethod
     async def delete(self, log_id: str) -> None:
@@ -496,7 +504,7 @@ class Queue(ABC):
     one worker until its deadline) or *dead* (attempts used up). Leased messages whose
     deadline passed are visible again. Deadlines come from the store's clock, so clock skew
     between workers is harmless. Ready messages are handed out in order of the time they
-    became visible, then enqueue order.
+    became visible, then enqueue order; one ``claim`` returns its leases in that order.
     """
 
     @abstractmethod
@@ -518,7 +526,8 @@ class Queue(ABC):
             max_attempts: deliveries before the message is dead-lettered.
 
         Returns:
-            The message id.
+            The message id: never used before in this queue (so after an ack, the same
+            ``dedup_key`` yields a new id).
         """
 
     @abstractmethod
@@ -544,7 +553,8 @@ class Queue(ABC):
         """Extend the lease to ``duration`` seconds from now (store clock).
 
         Succeeds while the token is current, even if the deadline passed, as long as nobody
-        claimed the message since.
+        claimed the message since. The returned lease has the same ``token``, ``message_id``
+        and ``attempt``; only ``deadline`` moves, so the old lease object stays usable.
 
         Raises:
             LeaseLostError: the message was claimed again, acked, or dead-lettered.
@@ -552,7 +562,8 @@ class Queue(ABC):
 
     @abstractmethod
     async def ack(self, lease: Lease) -> None:
-        """Finish the message: it is removed and its dedup key freed.
+        """Finish the message: it is removed and its dedup key freed. Like ``renew`` (and
+        ``release``), it succeeds after the deadline passed as long as nobody claimed since.
 
         Raises:
             LeaseLostError: the token is not current (claimed again, acked, dead-lettered).
@@ -569,7 +580,9 @@ class Queue(ABC):
 
     @abstractmethod
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
-        """Dead-lettered messages of the queue, oldest first, at most ``limit``."""
+        """Dead-lettered messages of the queue, oldest first, at most ``limit`` (at most
+        MAX_LIST_LIMIT). A dead message is no longer live: its dedup key is free. ``attempts``
+        is the number of deliveries it had; ``reason`` is a non-empty explanation."""
 
     @abstractmethod
     async def requeue(self, queue: str, message_id: str) -> None:
@@ -621,7 +634,8 @@ class Stream(ABC):
 
     @abstractmethod
     async def delete(self, stream_id: str) -> None:
-        """Delete the stream and its chunks; a missing stream is a no-op."""
+        """Delete the stream and its chunks; a missing stream is a no-op. Afterwards the
+        stream reads as never written (``next_index=0``, open)."""
 
 
 class World(ABC):
@@ -649,11 +663,13 @@ class World(ABC):
 
     @abstractmethod
     async def purge(self) -> None:
-        """Delete every log, message and stream of this namespace, and nothing else."""
+        """Delete every log, message (ready, delayed, leased, dead) and stream of this
+        namespace, and nothing else."""
 
     @abstractmethod
     async def aclose(self) -> None:
-        """Release connections and background tasks. Idempotent."""
+        """Release connections and background tasks. Idempotent. Afterwards every method of
+        ``log``, ``queue`` and ``stream`` raises ClosedError and writes nothing."""
 
     async def __aenter__(self) -> Self:
         return self
