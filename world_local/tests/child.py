@@ -8,6 +8,8 @@ for every call that *returned*, so the parent knows what was acknowledged.
 Modes:
     append  append batches of 3 keyed events to log TARGET forever (line: batch number);
             ARG prefixes the keys, so several appenders can share a log.
+    outbox  like append, each batch with one outbox message to queue ``TARGET.q`` whose
+            payload is the batch's label ``<ARG><n>``.
     stream  write batches of 3 chunks to stream TARGET forever (line: batch number); ARG
             prefixes the chunks.
     claim   claim (lease ARG seconds) and ack from queue TARGET forever
@@ -24,19 +26,22 @@ from typing import TextIO
 
 import anyio
 
-from world_core.spi import NewEvent
+from world_core.spi import NewEvent, OutboxMessage
 from world_local import LocalWorld, connect
 
 BATCH = 3
 
 
-async def _append(world: LocalWorld, target: str, out: TextIO, tag: str) -> None:
+async def _append(
+    world: LocalWorld, target: str, out: TextIO, tag: str, outbox: bool = False
+) -> None:
     n = 0
     while True:
         events = [
             NewEvent(data=f"{tag}{n}/{i}".encode(), key=f"{tag}{n}/{i}") for i in range(BATCH)
         ]
-        await world.log.append(target, events)
+        messages = [OutboxMessage(queue=f"{target}.q", payload=f"{tag}{n}".encode())]
+        await world.log.append(target, events, messages=messages if outbox else ())
         print(n, file=out, flush=True)
         n += 1
 
@@ -83,6 +88,8 @@ async def main(mode: str, folder: str, namespace: str, target: str, out: TextIO,
     async with await connect(url=folder, namespace=namespace) as world:
         if mode == "append":
             await _append(world, target, out, arg)
+        elif mode == "outbox":
+            await _append(world, target, out, arg, outbox=True)
         elif mode == "stream":
             await _stream(world, target, out, arg)
         elif mode == "claim":

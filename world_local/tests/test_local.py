@@ -6,13 +6,16 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 
 from world_core import open_world
 from world_core.errors import ClosedError, ConfigurationError, WorldError
-from world_core.spi import MAX_ID_BYTES, NewEvent
+from world_core.spi import MAX_ID_BYTES, NewEvent, OutboxMessage
 from world_local import LocalWorld, connect
+from world_local import _outbox as outbox
 from world_local._files import encode_frame
+from world_local._log import LogFile
 from world_local._queue import COMPACT_BYTES
 
 pytestmark = pytest.mark.anyio
@@ -228,3 +231,43 @@ async def test_a_damaged_file_is_reported_not_overwritten(tmp_path: Path) -> Non
         with pytest.raises(WorldError, match="damaged"):
             await world.log.append("l", [NewEvent(data=b"y")])
         assert path.read_bytes() == b"not a record file"
+
+
+def _crashed_outbox_append(world: LocalWorld, log_id: str, *, committed: bool) -> None:
+    """Do what an outbox append does up to its commit point (included or not), then stop as
+    a killed process would: the intent stays, the messages are not delivered."""
+    space = world._space
+    file = space.file(LogFile, log_id)
+
+    def work(fd: int | None) -> None:
+        assert fd is not None
+        ids = outbox.begin(space, file, [OutboxMessage(queue="q", payload=b"m")])
+        if committed:
+            file.commit(fd, encode_frame({"keys": [None], "outbox": ids}, [b"e"]))
+
+    file.writing(work)
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["before-commit", "after-commit"])
+@pytest.mark.parametrize("finisher", ["claim", "append", "delete"])
+async def test_outbox_append_cut_short_is_finished_or_dropped_whole(
+    tmp_path: Path, committed: bool, finisher: str
+) -> None:
+    root = str(tmp_path / "store")
+    async with await connect(url=root, namespace="t") as world:
+        await world.log.append("l", [NewEvent(data=b"before")])
+        await anyio.to_thread.run_sync(
+            lambda: _crashed_outbox_append(world, "l", committed=committed)
+        )
+        assert len(os.listdir(tmp_path / "store" / "t" / "outbox")) == 1
+    async with await connect(url=root, namespace="t") as world:  # another process
+        if finisher == "append":
+            await world.log.append("l", [NewEvent(data=b"after")])
+        elif finisher == "delete":
+            await world.log.delete("l")
+        leases = await world.queue.claim("q", "w", lease=30, limit=10)
+        assert [lease.payload for lease in leases] == ([b"m"] if committed else [])
+        if finisher != "delete":
+            data = [e.data for e in await world.log.read("l")]
+            assert (b"e" in data) is committed
+        assert os.listdir(tmp_path / "store" / "t" / "outbox") == []

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,7 +26,7 @@ from world_local import LocalWorld, connect
 CHILD = Path(__file__).with_name("child.py")
 WAIT = 60.0
 NS = "procs"
-ROUNDS = 8
+ROUNDS = 6
 T = TypeVar("T")
 
 
@@ -38,11 +38,48 @@ def _run(fn: Callable[[LocalWorld], Awaitable[T]], folder: Path) -> T:
     return anyio.run(main)
 
 
-def _spawn(
-    mode: str, folder: Path, target: str, report: Path, arg: str = ""
-) -> subprocess.Popen[bytes]:
-    args = [sys.executable, str(CHILD), mode, str(folder), NS, target, str(report), arg]
-    return subprocess.Popen(args, stderr=subprocess.PIPE)
+class Child:
+    """A child process; its stderr goes to ``<report>.err`` (no pipe to leak or fill)."""
+
+    def __init__(self, mode: str, folder: Path, target: str, report: Path, arg: str) -> None:
+        self.errors = report.with_suffix(".err")
+        args = [sys.executable, str(CHILD), mode, str(folder), NS, target, str(report), arg]
+        with self.errors.open("wb") as err:
+            self.process = subprocess.Popen(args, stderr=err)
+
+    def failure(self) -> str | None:
+        """Why the child failed, if it exited with an error."""
+        code = self.process.poll()
+        if code is None or code == 0:
+            return None
+        return f"child exited with {code}: {self.errors.read_text(errors='replace')}"
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(WAIT)
+
+    def finish(self) -> None:
+        """Wait for a normal exit and fail the test on any other."""
+        self.process.wait(WAIT)
+        assert self.process.returncode == 0, self.failure()
+
+
+@pytest.fixture(autouse=True)
+def _reap() -> Iterator[None]:
+    yield
+    for child in _children:
+        if child.process.poll() is None:
+            child.kill()
+    _children.clear()
+
+
+_children: list[Child] = []
+
+
+def _spawn(mode: str, folder: Path, target: str, report: Path, arg: str = "") -> Child:
+    child = Child(mode, folder, target, report, arg)
+    _children.append(child)
+    return child
 
 
 def _lines(report: Path) -> list[str]:
@@ -53,27 +90,21 @@ def _lines(report: Path) -> list[str]:
     return text.splitlines()[: text.count("\n")]  # a line still being written is not yet one
 
 
-def _wait_until(
-    ready: Callable[[], bool], what: str, child: subprocess.Popen[bytes] | None = None
-) -> None:
+def _wait_until(ready: Callable[[], bool], what: str, child: Child | None = None) -> None:
     give_up = time.monotonic() + WAIT
     while not ready():
-        if child is not None and child.poll() is not None:
-            assert child.stderr is not None
-            pytest.fail(f"child exited ({child.returncode}) before {what}: {child.stderr.read()!r}")
+        if child is not None and child.process.poll() is not None:
+            pytest.fail(f"{child.failure() or 'child exited'} before {what}")
         if time.monotonic() > give_up:
             pytest.fail(f"gave up waiting for {what}")
         time.sleep(0.01)
 
 
-def _kill_midway(child: subprocess.Popen[bytes], report: Path) -> None:
+def _kill_midway(child: Child, report: Path) -> None:
     """Let the child acknowledge a few calls, then SIGKILL it at a random instant."""
     _wait_until(lambda: len(_lines(report)) >= 2, "the child's first calls", child)
     time.sleep(random.uniform(0, 0.02))
-    child.send_signal(signal.SIGKILL)
-    child.wait(WAIT)
-    assert child.stderr is not None
-    child.stderr.close()
+    child.kill()
 
 
 def _check_batches(items: Iterable[tuple[int, str]], acked: dict[str, set[int]]) -> None:
@@ -115,6 +146,34 @@ def test_appender_killed_at_random_instants_leaves_whole_batches(tmp_path: Path)
         _check_batches(((e.seq, e.data.decode()) for e in stored), acked)
         assert [e.key for e in stored] == [e.data.decode() for e in stored]
         assert stored[0].seq == 1
+
+
+def test_outbox_appender_killed_at_random_instants_keeps_events_and_messages_together(
+    tmp_path: Path,
+) -> None:
+    acked: dict[str, set[int]] = {}
+    delivered: list[str] = []
+
+    async def events_and_messages(world: LocalWorld) -> tuple[list[Event], list[str]]:
+        events = await world.log.read("log")
+        payloads: list[str] = []
+        # A claim first finishes any outbox append the kill interrupted.
+        while leases := await world.queue.claim("log.q", "check", lease=60, limit=100):
+            for held in leases:
+                payloads.append(held.payload.decode())
+                await world.queue.ack(held)
+        return events, payloads
+
+    for round_ in range(ROUNDS):
+        tag, report = f"r{round_}", tmp_path / f"outbox-{round_}.txt"
+        _kill_midway(_spawn("outbox", tmp_path, "log", report, f"{tag}-"), report)
+        acked[tag] = _acked(report)
+        stored, payloads = _run(events_and_messages, tmp_path)
+        delivered += payloads
+        _check_batches(((e.seq, e.data.decode()) for e in stored), acked)
+        batches = [e.data.decode().rsplit("/", 1)[0] for e in stored[::3]]
+        assert sorted(delivered) == sorted(batches), "an event without its message or back"
+    assert not os.listdir(tmp_path / NS / "outbox")
 
 
 def test_stream_writer_killed_at_random_instants_leaves_whole_batches(tmp_path: Path) -> None:
@@ -176,10 +235,7 @@ def test_concurrent_appenders_in_several_processes_stay_dense(tmp_path: Path) ->
     for child, report in zip(children, reports, strict=True):
         _wait_until(lambda r=report: len(_lines(r)) >= 15, "15 batches from each writer", child)  # type: ignore[misc]
     for child in children:
-        child.send_signal(signal.SIGKILL)
-        child.wait(WAIT)
-        assert child.stderr is not None
-        child.stderr.close()
+        child.kill()
 
     async def events(world: LocalWorld) -> list[Event]:
         return await world.log.read("shared")
@@ -198,9 +254,7 @@ def test_two_processes_claiming_one_queue_never_share_a_message(tmp_path: Path) 
     reports = [tmp_path / f"drain-{i}.txt" for i in range(2)]
     children = [_spawn("drain", tmp_path, "work", report) for report in reports]
     for child in children:
-        assert child.wait(WAIT) == 0
-        assert child.stderr is not None
-        child.stderr.close()
+        child.finish()
     taken = [[line.split()[1] for line in _lines(report)] for report in reports]
     assert sorted(taken[0] + taken[1]) == sorted(everything)
 
@@ -215,9 +269,7 @@ def test_lease_taken_in_one_process_expires_and_is_redelivered_in_another(
 
     message_id = _run(enqueue, tmp_path)
     child = _spawn("hold", tmp_path, "q", report, "0.3")
-    assert child.wait(WAIT) == 0  # claimed, then exited without acking
-    assert child.stderr is not None
-    child.stderr.close()
+    child.finish()  # claimed, then exited without acking
     assert _lines(report) == [f"claimed {message_id} 1"]
 
     async def reclaim(world: LocalWorld) -> tuple[str, int]:
@@ -227,9 +279,7 @@ def test_lease_taken_in_one_process_expires_and_is_redelivered_in_another(
     assert _run(reclaim, tmp_path) == (message_id, 2)
     # And back: the parent's lease (not acked) expires and the child gets attempt 3.
     child = _spawn("hold", tmp_path, "q", report, "30")
-    assert child.wait(WAIT) == 0
-    assert child.stderr is not None
-    child.stderr.close()
+    child.finish()
     assert _lines(report)[-1] == f"claimed {message_id} 3"
 
 
@@ -243,9 +293,7 @@ def test_watch_in_another_process_sees_appends(tmp_path: Path) -> None:
             await world.log.append("live", [NewEvent(data=b"e%d" % i)])
 
     _run(append, tmp_path)
-    assert child.wait(WAIT) == 0
-    assert child.stderr is not None
-    child.stderr.close()
+    child.finish()
     assert _lines(report) == ["ready", "e0", "e1", "e2"]
 
 
@@ -253,5 +301,5 @@ def test_nothing_is_left_outside_the_namespace_folder(tmp_path: Path) -> None:
     """The processes above write only where they are told (a sanity check of the helpers)."""
     report = tmp_path / "a.txt"
     _kill_midway(_spawn("append", tmp_path / "root", "x", report, "t-"), report)
-    assert sorted(os.listdir(tmp_path)) == ["a.txt", "root"]
+    assert sorted(os.listdir(tmp_path)) == ["a.err", "a.txt", "root"]
     assert os.listdir(tmp_path / "root") == [NS]
