@@ -1,0 +1,350 @@
+"""The journal's rules, event by event, on the local World."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from world_core import (
+    POSSIBLY_RAN,
+    Agent,
+    Client,
+    Journal,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    ToolCall,
+    ToolContext,
+    World,
+    open_world,
+    session_log_id,
+    tool,
+)
+from world_core.errors import (
+    InvalidArgumentError,
+    InvalidIdentifierError,
+    NonDeterminismError,
+    NotFoundError,
+)
+
+pytestmark = pytest.mark.anyio
+
+LOG = session_log_id("s")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world("local", url=str(tmp_path / "world"), namespace="journal") as opened:
+        yield opened
+
+
+@pytest.fixture
+async def turn(world: World) -> str:
+    return await Client(world).submit("s", "hello", turn_id="t")
+
+
+class Effects:
+    """Side effects of the test tools, counted outside the journal."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+
+@pytest.fixture
+def effects() -> Effects:
+    return Effects()
+
+
+def tools(effects: Effects, *, big: int = 0) -> dict[str, Any]:
+    def lookup(topic: str) -> str:
+        """Look up."""
+        return "x" * big if big else f"note on {topic}"
+
+    def act(text: str, context: ToolContext) -> dict[str, str]:
+        """Act."""
+        effects.keys.append(context.idempotency_key)
+        return {"done": text, "key": context.idempotency_key}
+
+    def fail(text: str) -> str:
+        """Always fails."""
+        raise RuntimeError(f"cannot {text}")
+
+    return {
+        "lookup": tool(lookup, replay="safe"),
+        "act": tool(act, replay="never"),
+        "fail": tool(fail, replay="never"),
+    }
+
+
+async def keys(world: World) -> list[str | None]:
+    return [event.key for event in await world.log.read(LOG)]
+
+
+async def test_round_trips_per_step_kind(world: World, turn: str, effects: Effects) -> None:
+    """Model call and safe tool: one outcome event each, nothing before. Never tool: intent
+    appended alone (committed before the call), then the outcome. now/uuid/random: no append
+    of their own; they ride with the next one."""
+    t = tools(effects)
+    journal = await Journal.open(world, "s", turn)
+    model = ScriptedModel(lambda request: ModelReply(content="hi"))
+    tails = [await world.log.tail(LOG)]
+    await journal.model(model, ModelRequest(messages=[{"role": "user", "content": "hello"}]))
+    tails.append(await world.log.tail(LOG))
+    await journal.call(t["lookup"], {"topic": "a"})
+    tails.append(await world.log.tail(LOG))
+    stamp = journal.now()
+    tails.append(await world.log.tail(LOG))
+    await journal.call(t["act"], {"text": "go"})
+    tails.append(await world.log.tail(LOG))
+    assert [b - a for a, b in itertools.pairwise(tails)] == [1, 1, 0, 3]
+    events = await world.log.read(LOG)
+    assert [e.key for e in events][1:] == [
+        "turn/t/step/0/outcome",
+        "turn/t/step/1/outcome",
+        "turn/t/step/2/outcome",  # now(), in the same append as ...
+        "turn/t/step/3/intent",  # ... the never tool's intent
+        "turn/t/step/3/outcome",
+    ]
+    assert events[3].seq == events[4].seq - 1
+    assert json.loads(events[3].data)["result"]["output"] == stamp
+
+
+async def test_replay_reads_back_and_calls_nothing(
+    world: World, turn: str, effects: Effects
+) -> None:
+    t = tools(effects)
+    first = await Journal.open(world, "s", turn)
+    model = ScriptedModel(lambda request: ModelReply(content="hi"))
+    request = ModelRequest(messages=[{"role": "user", "content": "hello"}])
+    values = [
+        (await first.model(model, request)).content,
+        await first.call(t["lookup"], {"topic": "a"}),
+        first.now(),
+        first.uuid(),
+        first.random(),
+        await first.call(t["act"], {"text": "go"}),
+    ]
+    await first.finish("bye")
+    tail = await world.log.tail(LOG)
+    again = await Journal.open(world, "s", turn)
+    replayed = [
+        (await again.model(model, request)).content,
+        await again.call(t["lookup"], {"topic": "a"}),
+        again.now(),
+        again.uuid(),
+        again.random(),
+        await again.call(t["act"], {"text": "go"}),
+    ]
+    assert await again.finish("bye") == "bye"
+    assert replayed == values
+    assert len(model.calls) == 1
+    assert effects.keys == ["s/t/step-5"]
+    assert (again.model_calls, again.tool_runs, again.replayed) == (0, 0, 6)
+    assert await world.log.tail(LOG) == tail
+    assert again.recorded_reply == "bye"
+
+
+async def interrupt_act(world: World, turn: str, args: dict[str, Any]) -> None:
+    """Start a never tool named act and cancel it inside its call: intent, no outcome."""
+    inside = anyio.Event()
+
+    async def act(text: str) -> str:
+        inside.set()
+        await anyio.sleep_forever()
+        return text
+
+    journal = await Journal.open(world, "s", turn)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(journal.call, tool(act, replay="never"), args)
+            await inside.wait()
+            tg.cancel_scope.cancel()
+
+
+async def test_interrupted_never_tool_is_not_run_again(
+    world: World, turn: str, effects: Effects
+) -> None:
+    t = tools(effects)
+    await interrupt_act(world, turn, {"text": "go"})
+    assert await keys(world) == ["turn/t/input", "turn/t/step/0/intent"]
+    again = await Journal.open(world, "s", turn)
+    assert await again.call(t["act"], {"text": "go"}) == POSSIBLY_RAN
+    assert effects.keys == []
+    outcome = await world.log.get(LOG, "turn/t/step/0/outcome")
+    assert outcome is not None
+    assert json.loads(outcome.data)["result"] == {"output": POSSIBLY_RAN, "interrupted": True}
+    # The model gets it as the tool's result.
+    third = await Journal.open(world, "s", turn)
+    call = ToolCall(id="c", name="act", arguments='{"text": "go"}')
+    assert await third.tool(t["act"], call) == POSSIBLY_RAN
+
+
+async def test_interrupted_step_relabelled_safe_runs_again(
+    world: World, turn: str, effects: Effects
+) -> None:
+    """An intent without outcome whose tool is now labelled safe runs again (what safe means)."""
+    await interrupt_act(world, turn, {"text": "go"})
+    journal = await Journal.open(world, "s", turn)
+    result = await journal.call(tools(effects)["act"].relabel("safe"), {"text": "go"})
+    assert result == {"done": "go", "key": "s/t/step-0"}
+    assert effects.keys == ["s/t/step-0"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"text": "other"}, "digest"),
+        ("lookup", "name"),
+        ("now", "kind"),
+    ],
+)
+async def test_a_different_step_raises_nondeterminism(
+    world: World, turn: str, effects: Effects, change: Any, field: str
+) -> None:
+    t = tools(effects)
+    first = await Journal.open(world, "s", turn)
+    await first.call(t["act"], {"text": "go"})
+    tail = await world.log.tail(LOG)
+    again = await Journal.open(world, "s", turn)
+
+    async def step() -> None:
+        if change == "now":
+            again.now()
+        elif change == "lookup":
+            await again.call(t["lookup"], {"topic": "go"})
+        else:
+            await again.call(t["act"], change)
+
+    with pytest.raises(NonDeterminismError) as caught:
+        await step()
+    error = caught.value
+    assert error.position == "turn t step 0"
+    assert isinstance(error.recorded, dict)
+    assert isinstance(error.attempted, dict)
+    assert error.recorded[field] != error.attempted[field]
+    assert error.recorded["name"] == "act"
+    assert "journal holds" in str(error)
+    assert effects.keys == ["s/t/step-0"]
+    assert await world.log.tail(LOG) == tail
+
+
+async def test_going_on_past_a_recorded_reply_or_stopping_short_raises(
+    world: World, turn: str, effects: Effects
+) -> None:
+    t = tools(effects)
+    first = await Journal.open(world, "s", turn)
+    await first.call(t["lookup"], {"topic": "a"})
+    await first.finish("bye")
+    tail = await world.log.tail(LOG)
+    longer = await Journal.open(world, "s", turn)
+    await longer.call(t["lookup"], {"topic": "a"})
+    with pytest.raises(NonDeterminismError, match="end of turn"):
+        await longer.call(t["act"], {"text": "more"})
+    shorter = await Journal.open(world, "s", turn)
+    with pytest.raises(NonDeterminismError, match="end of turn"):
+        await shorter.finish("bye")
+    other = await Journal.open(world, "s", turn)
+    await other.call(t["lookup"], {"topic": "a"})
+    with pytest.raises(NonDeterminismError, match="recorded the reply"):
+        await other.finish("another reply")
+    assert effects.keys == []
+    assert await world.log.tail(LOG) == tail
+
+
+async def test_tool_errors_are_outcomes_bad_arguments_take_no_step(
+    world: World, turn: str, effects: Effects
+) -> None:
+    t = tools(effects)
+    journal = await Journal.open(world, "s", turn)
+    bad = ToolCall(id="c", name="act", arguments='{"txt": "go"}')
+    assert (await journal.tool(t["act"], bad)).startswith("Error: invalid arguments for act")
+    assert (await journal.tool(t["act"], ToolCall(id="c", name="act", arguments="[1]"))).startswith(
+        "Error:"
+    )
+    failed = await journal.tool(t["fail"], ToolCall(id="c", name="fail", arguments='{"text":"x"}'))
+    assert failed == "Error: RuntimeError: cannot x"
+    with pytest.raises(InvalidArgumentError):
+        await journal.call(t["act"], {"nope": 1})
+    assert await keys(world) == ["turn/t/input", "turn/t/step/0/intent", "turn/t/step/0/outcome"]
+    again = await Journal.open(world, "s", turn)
+    replayed = await again.tool(t["fail"], ToolCall(id="c", name="fail", arguments='{"text":"x"}'))
+    assert replayed == failed
+
+
+async def test_large_results_go_to_blobs(world: World, turn: str, effects: Effects) -> None:
+    t = tools(effects, big=200_000)
+    journal = await Journal.open(world, "s", turn, blob_threshold=1024)
+    value = await journal.call(t["lookup"], {"topic": "a"})
+    assert value == "x" * 200_000
+    outcome = await world.log.get(LOG, "turn/t/step/0/outcome")
+    assert outcome is not None
+    assert len(outcome.data) < 1024
+    blob = json.loads(outcome.data)["blob"]
+    assert blob["size"] > 200_000
+    assert len(blob["digest"]) == 64
+    info = await world.stream.info(f"blob/sha256/{blob['digest']}")
+    assert info.closed
+    again = await Journal.open(world, "s", turn, blob_threshold=1024)
+    assert await again.call(tools(effects, big=1)["lookup"], {"topic": "a"}) == value
+    assert again.tool_runs == 0
+
+
+async def test_blobs_are_content_addressed_and_checked(world: World) -> None:
+    from world_core import BlobRef, Blobs
+
+    blobs = Blobs(world.stream, chunk_size=4)
+    ref = await blobs.put(b"0123456789")
+    assert ref == await blobs.put(b"0123456789")
+    assert (await world.stream.info(ref.stream_id)).next_index == 3
+    assert await blobs.get(ref) == b"0123456789"
+    empty = await blobs.put(b"")
+    assert await blobs.get(empty) == b""
+    # A writer that died half-way left an open prefix: the next put completes it.
+    half = BlobRef(digest=__import__("hashlib").sha256(b"abcdefgh").hexdigest(), size=8)
+    await world.stream.write(half.stream_id, [b"abcd"])
+    with pytest.raises(NotFoundError, match="incomplete"):
+        await blobs.get(half)
+    assert await blobs.put(b"abcdefgh") == half
+    assert await blobs.get(half) == b"abcdefgh"
+    with pytest.raises(NotFoundError, match="damaged"):
+        await blobs.get(BlobRef(digest=ref.digest, size=11))
+
+
+async def test_history_is_fixed_when_the_turn_is_submitted(world: World) -> None:
+    client = Client(world)
+    model = ScriptedModel(lambda request: ModelReply(content=f"seen {len(request.messages)}"))
+    agent = Agent(model=model, system="sys")
+    await client.submit("s", "one", turn_id="a")
+    await client.submit("s", "two", turn_id="b")  # submitted before "a" replied
+    assert await agent.run_turn(await Journal.open(world, "s", "a")) == "seen 2"
+    assert await agent.run_turn(await Journal.open(world, "s", "b")) == "seen 2"
+    await client.submit("s", "three", turn_id="c")
+    journal = await Journal.open(world, "s", "c")
+    assert journal.history == [("one", "seen 2"), ("two", "seen 2")]
+    assert await agent.run_turn(journal) == "seen 6"
+
+
+async def test_bad_ids_are_refused_before_any_io(world: World) -> None:
+    with pytest.raises(InvalidIdentifierError):
+        await Journal.open(world, "", "t")
+    with pytest.raises(InvalidArgumentError, match="must not contain '/'"):
+        await Journal.open(world, "s", "a/b")
+    with pytest.raises(InvalidArgumentError):
+        await Client(world).submit("s", "hi", turn_id="a/b")
+    with pytest.raises(InvalidIdentifierError):
+        await Client(world).submit("s\x00", "hi")
+    assert (await world.log.list_logs()).items == []
+    journal = await Journal.open(world, "s", "never-submitted")
+    with pytest.raises(NotFoundError, match="submit it"):
+        _ = journal.user_message

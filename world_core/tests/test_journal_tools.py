@@ -1,0 +1,154 @@
+"""Tools: the required replay label, schemas from type hints, argument checks."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from pydantic import Field
+
+from world_core import ToolContext, ToolRegistry, tool
+from world_core._crash import CrashPoint, parse_crash_at
+from world_core.errors import ConfigurationError, InvalidArgumentError
+
+
+def refund(order_id: str, amount: float, note: str = "", *, context: ToolContext) -> str:
+    """Refund an order.
+
+    The amount is in euros.
+    """
+    return f"{order_id}:{amount}:{context.idempotency_key}"
+
+
+def test_replay_label_has_no_default() -> None:
+    with pytest.raises(TypeError, match="replay"):
+        tool(refund)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(("label", "hint"), [("nevr", "'never'"), ("Safe", "'safe'"), ("", "")])
+def test_misspelled_replay_label_is_refused(label: str, hint: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="replay must be 'safe'") as caught:
+        tool(refund, replay=label)  # type: ignore[call-overload]
+    assert hint in str(caught.value)
+
+
+def test_relabel_checks_the_label() -> None:
+    safe = tool(refund, replay="safe")
+    assert safe.relabel("never").replay == "never"
+    assert safe.replay == "safe"
+    with pytest.raises(InvalidArgumentError):
+        safe.relabel("sometimes")  # type: ignore[arg-type]
+
+
+def test_schema_from_type_hints() -> None:
+    schema = tool(refund, replay="never").schema()
+    assert schema["type"] == "function"
+    function = schema["function"]
+    assert function["name"] == "refund"
+    assert function["description"] == "Refund an order."
+    parameters = function["parameters"]
+    assert parameters["type"] == "object"
+    assert parameters["required"] == ["order_id", "amount"]
+    assert parameters["properties"]["order_id"]["type"] == "string"
+    assert parameters["properties"]["amount"]["type"] == "number"
+    assert parameters["properties"]["note"]["default"] == ""
+    assert "context" not in parameters["properties"]
+    assert parameters["additionalProperties"] is False
+
+
+def test_annotated_descriptions_reach_the_schema() -> None:
+    def lookup(topic: Annotated[str, Field(description="what to look up")]) -> str:
+        """Look up."""
+        return topic
+
+    properties = tool(lookup, replay="safe").schema()["function"]["parameters"]["properties"]
+    assert properties["topic"]["description"] == "what to look up"
+
+
+def test_unannotated_parameter_is_refused() -> None:
+    def bad(x) -> str:  # type: ignore[no-untyped-def]
+        return str(x)
+
+    with pytest.raises(InvalidArgumentError, match="annotate parameter 'x'"):
+        tool(bad, replay="safe")
+
+
+def test_var_arguments_are_refused() -> None:
+    def bad(*items: str) -> str:
+        return ",".join(items)
+
+    with pytest.raises(InvalidArgumentError, match=r"\*args"):
+        tool(bad, replay="safe")
+
+
+def test_parse_validates_and_fills_defaults() -> None:
+    refund_tool = tool(refund, replay="never")
+    assert refund_tool.parse({"order_id": "A1", "amount": 3}) == {
+        "order_id": "A1",
+        "amount": 3.0,
+        "note": "",
+    }
+    with pytest.raises(InvalidArgumentError, match="invalid arguments for refund"):
+        refund_tool.parse({"order_id": "A1"})
+    with pytest.raises(InvalidArgumentError):
+        refund_tool.parse({"order_id": "A1", "amount": 1, "extra": True})
+
+
+async def test_call_passes_the_context_and_runs_sync_tools() -> None:
+    refund_tool = tool(refund, replay="never")
+    context = ToolContext("s", "t", 4)
+    assert context.idempotency_key == "s/t/step-4"
+    result = await refund_tool.call({"order_id": "A1", "amount": 2.5}, context)
+    assert result == "A1:2.5:s/t/step-4"
+
+
+def test_registry() -> None:
+    registry = ToolRegistry()
+
+    @registry.register(replay="safe")
+    def lookup(topic: str) -> str:
+        """Look up."""
+        return topic
+
+    assert registry.get("lookup") is lookup
+    assert [schema["function"]["name"] for schema in registry.schemas()] == ["lookup"]
+    with pytest.raises(InvalidArgumentError, match="already registered"):
+        registry.add(tool(lookup.fn, replay="safe"))
+    bare: Any = refund
+    with pytest.raises(InvalidArgumentError, match=r"replay='safe'\|'never'"):
+        registry.add(bare)
+    relabelled = registry.relabel("lookup", "never")
+    assert relabelled.get("lookup") is not None
+    assert relabelled.get("lookup").replay == "never"  # type: ignore[union-attr]
+    assert registry.get("lookup").replay == "safe"  # type: ignore[union-attr]
+
+
+def test_decorator_form() -> None:
+    @tool(replay="never", name="send-mail", description="Send it.")
+    async def send(to: str) -> str:
+        return to
+
+    assert send.name == "send-mail"
+    assert send.description == "Send it."
+
+
+def test_bad_tool_name_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="tool name"):
+        tool(refund, replay="safe", name="no spaces")
+
+
+def test_crash_at_parsing() -> None:
+    assert parse_crash_at("4:after_run") == CrashPoint(4, "after_run")
+    assert parse_crash_at(" 0:before_run ") == CrashPoint(0, "before_run")
+    assert str(CrashPoint(3, "before_run")) == "3:before_run"
+    for bad in ("4", "x:after_run", "4:during", "-1:after_run", "4:after_run:1"):
+        with pytest.raises(ConfigurationError, match="CRASH_AT"):
+            parse_crash_at(bad)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+pytestmark = pytest.mark.anyio
