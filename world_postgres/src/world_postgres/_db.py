@@ -64,7 +64,12 @@ def is_transient(exc: BaseException) -> bool:
         return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
     if isinstance(exc, asyncpg.exceptions.ClientConfigurationError):
         return False
-    return isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError)
+    # InternalClientError: a pooled connection caught between the server's FATAL message and
+    # the socket's end (a restart) is in no state to run anything; a fresh one is.
+    return isinstance(
+        exc,
+        OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.exceptions.InternalClientError,
+    )
 
 
 def is_missing(exc: BaseException) -> bool:
@@ -95,7 +100,13 @@ def translate(what: str, where: str) -> Iterator[None]:
         ) from exc
     except asyncpg.exceptions.ClientConfigurationError as exc:
         raise ConfigurationError(f"{what}: invalid PostgreSQL connection setting: {exc}") from exc
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+    except (
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        asyncpg.exceptions.InternalClientError,
+        OSError,
+        TimeoutError,
+    ) as exc:
         if isinstance(exc, asyncpg.InterfaceError) and "pool is clos" in str(exc):
             raise ClosedError(f"{what}: this World is closed; open a new one") from exc
         if is_transient(exc):
@@ -202,7 +213,13 @@ class Database:
                 with translate(what, self.where):
                     try:
                         async with self._pool.acquire(timeout=self.connect_timeout) as conn:
-                            return await op(conn, retried)
+                            try:
+                                return await op(conn, retried)
+                            except Exception as exc:
+                                if is_transient(exc) and _sqlstate(exc) not in _TRANSIENT_STATES:
+                                    # Never hand a connection in doubt back to the pool.
+                                    conn.terminate()
+                                raise
                     except Exception as exc:
                         if is_missing(exc) and remigrated < 3:
                             # Another World purged the namespace: recreate it and go again.

@@ -33,7 +33,9 @@ class Listener:
         self._listening = asyncio.Event()
         self._closed = False
         self.reconnects = 0
-        """How many times the connection was reopened after a loss (for tests and `info`)."""
+        """How many times the connection was reopened after a loss."""
+        self.sleeping = 0
+        """How many waiters are asleep right now, waiting for a notification."""
 
     @property
     def listening(self) -> bool:

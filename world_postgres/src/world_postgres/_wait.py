@@ -33,8 +33,12 @@ class Waiter:
         """Sleep at most ``seconds`` (None: until woken or the safety poll)."""
         cap = _POLL_LISTENING if self._listener.listening else _POLL_DEAF
         timeout = cap if seconds is None else max(0.0, min(seconds, cap))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
+        self._listener.sleeping += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout)
+        finally:
+            self._listener.sleeping -= 1
 
 
 def remaining(deadline: float) -> float:

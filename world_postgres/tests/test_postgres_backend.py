@@ -1,0 +1,361 @@
+"""world_postgres beyond the conformance suite: settings, migrations under concurrency,
+namespaces, purge, seq races, NOTIFY wake-ups across processes, outbox atomicity."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import asyncpg
+import pytest
+
+import world_postgres._wait
+from world_core import (
+    BackendUnavailableError,
+    ConfigurationError,
+    DuplicateKeyError,
+    LeaseLostError,
+    NewEvent,
+    OutboxMessage,
+)
+from world_postgres import PostgresWorld, connect
+from world_postgres._schema import MIGRATIONS
+
+pytestmark = pytest.mark.anyio
+
+
+def fresh_namespace() -> str:
+    return f"pgt_{secrets.token_hex(8)}"
+
+
+async def until(check: Callable[[], bool], what: str, within: float = 30.0) -> None:
+    """Wait, bounded, until ``check()`` holds; fail naming ``what`` otherwise."""
+    pause = 0.005
+    with anyio.move_on_after(within):
+        for _ in range(1_000_000):
+            if check():
+                return
+            await anyio.sleep(pause)
+            pause = min(pause * 1.5, 0.1)
+    raise AssertionError(f"{what}: not within {within} s")
+
+
+CHILD = str(Path(__file__).with_name("pg_child.py"))
+WAIT = 30.0
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------
+
+
+async def test_missing_url_names_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORKFLOW_POSTGRES_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    with pytest.raises(ConfigurationError, match=r"WORKFLOW_POSTGRES_URL.*DATABASE_URL"):
+        await connect()
+
+
+async def test_database_url_is_the_fallback(monkeypatch: pytest.MonkeyPatch, pg_url: str) -> None:
+    monkeypatch.delenv("WORKFLOW_POSTGRES_URL", raising=False)
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    world = await connect(namespace=fresh_namespace())
+    try:
+        assert await world.log.append("l", [NewEvent(data=b"a")]) == 1
+    finally:
+        await world.purge()
+        await world.aclose()
+
+
+@pytest.mark.parametrize("url", ["mysql://u@h/db", "127.0.0.1:5432", "redis://x"])
+async def test_url_that_is_not_postgres_is_refused(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="postgresql://"):
+        await connect(url=url)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "ten"])
+async def test_bad_pool_size_is_refused(
+    monkeypatch: pytest.MonkeyPatch, pg_url: str, value: str
+) -> None:
+    monkeypatch.setenv("WORKFLOW_POSTGRES_POOL_SIZE", value)
+    with pytest.raises(ConfigurationError, match="WORKFLOW_POSTGRES_POOL_SIZE"):
+        await connect(url=pg_url)
+
+
+async def test_password_never_shown(monkeypatch: pytest.MonkeyPatch, pg_url: str) -> None:
+    secret = "s3cret-Pa55"
+    # The local server trusts every password, so the URL with one connects.
+    with_password = pg_url.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@")
+    assert secret in with_password
+    world = await connect(url=with_password, namespace=fresh_namespace())
+    try:
+        assert secret not in repr(world)
+        assert all(secret not in value for value in world.settings().values())
+        assert world.settings()["schema"] == f"world_{world.namespace}"
+    finally:
+        await world.purge()
+        await world.aclose()
+    monkeypatch.setenv("WORKFLOW_POSTGRES_RETRY_SECONDS", "0.3")
+    monkeypatch.setenv("WORKFLOW_POSTGRES_CONNECT_TIMEOUT", "1")
+    closed_port = f"postgresql://postgres:{secret}@127.0.0.1:1/postgres"
+    with pytest.raises(BackendUnavailableError) as caught:
+        await connect(url=closed_port)
+    assert secret not in str(caught.value)
+
+
+async def test_sqlalchemy_style_url_is_accepted(pg_url: str) -> None:
+    url = pg_url.replace("postgresql://", "postgresql+asyncpg://", 1)
+    world = await connect(url=url, namespace=fresh_namespace())
+    try:
+        assert world.capabilities.outbox
+        assert world.capabilities.native_wakeups
+    finally:
+        await world.purge()
+        await world.aclose()
+
+
+async def test_closed_world_refuses_calls(world: PostgresWorld, pg_url: str) -> None:
+    other = await connect(url=pg_url, namespace=world.namespace)
+    await other.aclose()
+    await other.aclose()  # idempotent
+    with pytest.raises(Exception, match="closed") as caught:
+        await other.log.tail("l")
+    assert type(caught.value).__name__ == "ClosedError"
+
+
+# --------------------------------------------------------------------------------------------
+# Migrations, namespaces, purge
+# --------------------------------------------------------------------------------------------
+
+
+async def test_concurrent_migrations_from_processes(pg_url: str, tmp_path: Path) -> None:
+    namespace = fresh_namespace()
+    go = tmp_path / "go"
+
+    def run_children() -> list[tuple[int, bytes, bytes]]:
+        children = [
+            subprocess.Popen(
+                [sys.executable, CHILD, pg_url, namespace, "open-append", "m", str(go)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(6)
+        ]
+        go.touch()  # every child opens the fresh namespace at once
+        outputs = [child.communicate(timeout=WAIT) for child in children]
+        return [(c.returncode, out, err) for c, (out, err) in zip(children, outputs, strict=True)]
+
+    results = await anyio.to_thread.run_sync(run_children)
+    for code, _, err in results:
+        assert code == 0, err.decode()
+    assert sorted(int(out) for _, out, _ in results) == [1, 2, 3, 4, 5, 6]
+    conn = await asyncpg.connect(pg_url)
+    try:
+        versions = await conn.fetch(f'SELECT version FROM "world_{namespace}".migrations')
+        assert sorted(r[0] for r in versions) == list(range(1, len(MIGRATIONS) + 1))
+        await conn.execute(f'DROP SCHEMA "world_{namespace}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def test_two_namespaces_do_not_see_each_other(world: PostgresWorld, pg_url: str) -> None:
+    other = await connect(url=pg_url, namespace=fresh_namespace())
+    try:
+        await world.log.append("same", [NewEvent(data=b"a", key="k")], status="s")
+        await world.queue.enqueue("q", b"m", dedup_key="d")
+        await world.stream.write("st", [b"c"])
+        assert await other.log.info("same") is None
+        assert await other.log.get("same", "k") is None
+        assert (await other.log.list_logs()).items == []
+        assert await other.queue.claim("q", "w", lease=5) == []
+        assert (await other.stream.info("st")).next_index == 0
+        # The same key and dedup key are free in the other namespace.
+        await other.log.append("same", [NewEvent(data=b"b", key="k")])
+        other_id = await other.queue.enqueue("q", b"n", dedup_key="d")
+        assert other_id != await world.queue.enqueue("q", b"x", dedup_key="d")
+        await other.purge()
+        assert [e.data for e in await world.log.read("same")] == [b"a"]
+        assert len(await world.queue.claim("q", "w", lease=5, limit=10)) == 1
+        assert (await world.stream.info("st")).next_index == 1
+    finally:
+        await other.purge()
+        await other.aclose()
+
+
+async def test_purge_is_seen_by_another_world_of_the_namespace(
+    world: PostgresWorld, pg_url: str
+) -> None:
+    other = await connect(url=pg_url, namespace=world.namespace)
+    try:
+        await other.log.append("l", [NewEvent(data=b"old")])
+        await world.purge()
+        # The other World's next call recreates the schema and starts afresh.
+        assert await other.log.tail("l") == 0
+        assert await other.log.append("l", [NewEvent(data=b"new")]) == 1
+        assert [e.data for e in await world.log.read("l")] == [b"new"]
+    finally:
+        await other.aclose()
+
+
+async def test_identifiers_stay_data(world: PostgresWorld) -> None:
+    nasty = "x'; DROP SCHEMA public CASCADE; --\"$1 {}*:../\u00e9\U0001f600"
+    await world.log.append(nasty, [NewEvent(data=b"a", key=nasty)], status=nasty[:60])
+    await world.queue.enqueue(nasty, b"m", dedup_key=nasty)
+    await world.stream.write(nasty, [b"c"])
+    assert (await world.log.get(nasty, nasty)) is not None
+    assert [i.log_id for i in (await world.log.list_logs(prefix="x'")).items] == [nasty]
+    assert len(await world.queue.claim(nasty, nasty, lease=5)) == 1
+    assert (await world.stream.info(nasty)).next_index == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Log races
+# --------------------------------------------------------------------------------------------
+
+
+async def test_concurrent_appenders_across_pools_stay_dense(
+    world: PostgresWorld, pg_url: str
+) -> None:
+    others = [await connect(url=pg_url, namespace=world.namespace) for _ in range(2)]
+    worlds = [world, *others]
+    acknowledged: dict[int, bytes] = {}
+
+    async def appender(w: PostgresWorld, name: str) -> None:
+        for n in range(15):
+            size = 1 + n % 3
+            batch = [NewEvent(data=f"{name}/{n}/{i}".encode()) for i in range(size)]
+            tail = await w.log.append("race", batch)
+            for i, event in enumerate(batch):
+                acknowledged[tail - size + 1 + i] = event.data
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for index, w in enumerate(worlds):
+                for task in range(3):
+                    tg.start_soon(appender, w, f"{index}.{task}")
+        events = await world.log.read("race")
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert {e.seq: e.data for e in events} == acknowledged
+        # Each batch is contiguous: event i of a batch directly follows event i-1.
+        for before, after in itertools.pairwise(events):
+            name, n, i = after.data.decode().split("/")
+            if i != "0":
+                assert before.data == f"{name}/{n}/{int(i) - 1}".encode()
+    finally:
+        for other in others:
+            await other.aclose()
+
+
+async def test_delete_racing_appends_leaves_no_hole(world: PostgresWorld, pg_url: str) -> None:
+    other = await connect(url=pg_url, namespace=world.namespace)
+    try:
+
+        async def appender() -> None:
+            for n in range(60):
+                await other.log.append("d", [NewEvent(data=str(n).encode())])
+
+        async def deleter() -> None:
+            for _ in range(10):
+                await world.log.delete("d")
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(appender)
+            tg.start_soon(appender)
+            tg.start_soon(deleter)
+        events = await world.log.read("d")
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        info = await world.log.info("d")
+        assert (info.tail if info else 0) == len(events)
+    finally:
+        await other.aclose()
+
+
+async def test_racing_keys_give_duplicate_key_error(world: PostgresWorld, pg_url: str) -> None:
+    others = [await connect(url=pg_url, namespace=world.namespace) for _ in range(3)]
+    outcomes: list[str] = []
+    existing: list[str | None] = []
+
+    async def writer(w: PostgresWorld, me: int) -> None:
+        try:
+            await w.log.append("k", [NewEvent(data=f"{me}".encode(), key="the-key")])
+            outcomes.append("ok")
+        except DuplicateKeyError as exc:
+            existing.append(exc.existing.key)
+            outcomes.append("dup")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for me, w in enumerate([world, *others]):
+                tg.start_soon(writer, w, me)
+        assert sorted(outcomes) == ["dup", "dup", "dup", "ok"]
+        assert existing == ["the-key"] * 3
+        assert await world.log.tail("k") == 1
+    finally:
+        for other in others:
+            await other.aclose()
+
+
+# --------------------------------------------------------------------------------------------
+# Outbox and queue
+# --------------------------------------------------------------------------------------------
+
+
+async def test_outbox_is_atomic_with_the_append(world: PostgresWorld) -> None:
+    await world.log.append("o", [NewEvent(data=b"a", key="k")])
+    message = OutboxMessage(queue="q", payload=b"must not exist")
+    with pytest.raises(DuplicateKeyError):
+        await world.log.append("o", [NewEvent(data=b"b", key="k")], messages=[message])
+    assert await world.queue.claim("q", "w", lease=5) == []
+    tail = await world.log.append(
+        "o",
+        [NewEvent(data=b"c")],
+        messages=[message, OutboxMessage(queue="q", payload=b"later", delay=3600)],
+    )
+    assert tail == 2
+    leases = await world.queue.claim("q", "w", lease=5, limit=10)
+    assert [lease.payload for lease in leases] == [b"must not exist"]
+
+
+async def test_forged_token_is_a_lost_lease(world: PostgresWorld) -> None:
+    await world.queue.enqueue("q", b"m")
+    (lease,) = await world.queue.claim("q", "w", lease=30)
+    forged = lease.model_copy(update={"token": "not-a-uuid"})
+    with pytest.raises(LeaseLostError):
+        await world.queue.ack(forged)
+    with pytest.raises(LeaseLostError):
+        await world.queue.renew(forged, 5)
+    await world.queue.ack(lease)
+
+
+async def test_claim_is_woken_by_notify_from_another_process(
+    world: PostgresWorld, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without its safety poll, only a NOTIFY can end this claim before its hour-long wait.
+    monkeypatch.setattr(world_postgres._wait, "_POLL_LISTENING", 3600.0)
+    result: list[bytes] = []
+
+    async def claimer() -> None:
+        leases = await world.queue.claim("wake", "w", lease=30, wait=3600)
+        result.extend(lease.payload for lease in leases)
+
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(claimer)
+            # Once the claimer found nothing and sleeps, only the enqueue elsewhere wakes it.
+            await until(
+                lambda: world._listener.listening and world._listener.sleeping > 0,
+                "the claimer asleep on a listening connection",
+            )
+            done = await anyio.run_process(
+                [sys.executable, CHILD, pg_url, world.namespace, "enqueue", "wake", "hello"]
+            )
+            assert done.returncode == 0
+    assert result == [b"hello"]
