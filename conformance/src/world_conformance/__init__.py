@@ -11,20 +11,33 @@ The plugin (``world_conformance.plugin``, loaded by pytest through its ``pytest1
 point) finds a server, opens a fresh namespace per test and reports results per contract
 area. Run the suite against any installed World with
 ``pytest --pyargs world_conformance --world NAME [--world-url URL]``. See README.md.
+
+Names are imported on first use, so that the child processes of the process contracts
+(``python -m world_conformance._child``) start without importing pytest or Hypothesis.
 """
 
-from world_conformance._base import ContractBase
-from world_conformance._isolation import BAD_IDENTIFIERS, ODD_IDENTIFIERS, IsolationContract
-from world_conformance._lifecycle import LifecycleContract
-from world_conformance._log import LogContract
-from world_conformance._model import ModelContract, world_state_machine
-from world_conformance._outbox import OutboxContract
-from world_conformance._payload import PAYLOADS, PayloadContract
-from world_conformance._process import ProcessContract
-from world_conformance._queue import QueueContract
-from world_conformance._stream import StreamContract
-from world_conformance._target import WorldTarget
-from world_conformance._world import WorldContract
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from world_conformance._base import ContractBase
+    from world_conformance._isolation import (
+        BAD_IDENTIFIERS,
+        ODD_IDENTIFIERS,
+        IsolationContract,
+    )
+    from world_conformance._lifecycle import LifecycleContract
+    from world_conformance._log import LogContract
+    from world_conformance._model import ModelContract, world_state_machine
+    from world_conformance._outbox import OutboxContract
+    from world_conformance._payload import PAYLOADS, PayloadContract
+    from world_conformance._process import ProcessContract
+    from world_conformance._queue import QueueContract
+    from world_conformance._stream import StreamContract
+    from world_conformance._target import WorldTarget
+    from world_conformance._world import WorldContract
 
 __all__ = [
     "BAD_IDENTIFIERS",
@@ -44,3 +57,35 @@ __all__ = [
     "WorldTarget",
     "world_state_machine",
 ]
+
+_HOME = {
+    "BAD_IDENTIFIERS": "_isolation",
+    "ODD_IDENTIFIERS": "_isolation",
+    "PAYLOADS": "_payload",
+    "ContractBase": "_base",
+    "IsolationContract": "_isolation",
+    "LifecycleContract": "_lifecycle",
+    "LogContract": "_log",
+    "ModelContract": "_model",
+    "OutboxContract": "_outbox",
+    "PayloadContract": "_payload",
+    "ProcessContract": "_process",
+    "QueueContract": "_queue",
+    "StreamContract": "_stream",
+    "WorldContract": "_world",
+    "WorldTarget": "_target",
+    "world_state_machine": "_model",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'world_conformance' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"world_conformance.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -159,6 +159,27 @@ class LogContract(ContractBase):
         assert await log.get("l", "k") == Event(seq=1, data=b"first", key="k")
         assert await log.append("l", [NewEvent(data=b"new", key="fresh")]) == 2
 
+    async def test_log_key_race_has_one_winner(self, world: World) -> None:
+        """Concurrent appends of one key: one is stored, every other sees it as existing."""
+        outcomes: list[Event | int] = []
+
+        async def contender(index: int) -> None:
+            event = NewEvent(data=str(index).encode(), key="once")
+            try:
+                outcomes.append(await world.log.append("race", [NewEvent(data=b"x"), event]))
+            except DuplicateKeyError as exc:
+                outcomes.append(exc.existing)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                for index in range(10):
+                    group.start_soon(contender, index)
+        stored = await world.log.get("race", "once")
+        assert stored is not None
+        assert outcomes.count(2) == 1, f"tails returned: {outcomes}"
+        assert [o for o in outcomes if o != 2] == [stored] * 9
+        assert await world.log.tail("race") == 2
+
     async def test_log_conflict_checked_before_duplicate_key(self, world: World) -> None:
         await world.log.append("l", [NewEvent(data=b"a", key="k")])
         with pytest.raises(ConflictError):

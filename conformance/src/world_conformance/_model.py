@@ -72,6 +72,7 @@ def world_state_machine(world: World) -> type[RuleBasedStateMachine]:
             self.closed: set[str] = set()
             self.ready: dict[str, list[str]] = {}
             self.payload: dict[str, bytes] = {}
+            self.used: dict[str, set[str]] = {}
             self.live_key: dict[tuple[str, str], str] = {}
             self.key_of: dict[str, tuple[str, str]] = {}
             self.held: list[Lease] = []
@@ -231,7 +232,8 @@ def world_state_machine(world: World) -> type[RuleBasedStateMachine]:
             if dedup is not None and (queue, dedup) in self.live_key:
                 assert message_id == self.live_key[(queue, dedup)]
                 return
-            assert message_id not in self.payload, "a message id was reused"
+            assert message_id not in self.used.setdefault(queue, set()), "a message id was reused"
+            self.used[queue].add(message_id)
             self.ready.setdefault(queue, []).append(message_id)
             self.payload[message_id] = payload
             if dedup is not None:

@@ -186,6 +186,20 @@ class QueueContract(ContractBase):
         delayed = await queue.enqueue("q", b"e", dedup_key="later", delay=3600)
         assert await queue.enqueue("q", b"f", dedup_key="later") == delayed, "delayed is live"
 
+    async def test_queue_dedup_race_adds_one(self, world: World) -> None:
+        ids: list[str] = []
+
+        async def enqueue(index: int) -> None:
+            ids.append(await world.queue.enqueue("q", str(index).encode(), dedup_key="once"))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                for index in range(10):
+                    group.start_soon(enqueue, index)
+        assert len(set(ids)) == 1, f"one dedup key gave several ids: {set(ids)}"
+        leases = await world.queue.claim("q", "w", lease=LONG, limit=20)
+        assert [lease.message_id for lease in leases] == ids[:1]
+
     async def test_queue_dead_letter_after_max_attempts_and_requeue(self, world: World) -> None:
         queue = world.queue
         message_id = await queue.enqueue("q", b"poison", max_attempts=2)

@@ -200,9 +200,10 @@ class _Reporter:
                 reasons[(world, area, tally.reason.get(nodeid, "?"))] += 1
         write = terminalreporter.write_line
         terminalreporter.write_sep("=", "world conformance: results per contract area")
-        write(f"{'world':<14}{'area':<12}" + "".join(f"{column:>9}" for column in _COLUMNS))
+        wide = max(len("world"), *(len(world) for world, _ in counts)) + 2
+        write(f"{'world':<{wide}}{'area':<12}" + "".join(f"{c:>9}" for c in _COLUMNS))
         for (world, area), counter in sorted(counts.items()):
-            write(f"{world:<14}{area:<12}" + "".join(f"{counter[c]:>9}" for c in _COLUMNS))
+            write(f"{world:<{wide}}{area:<12}" + "".join(f"{counter[c]:>9}" for c in _COLUMNS))
         if reasons:
             write("skipped, with reasons:")
             for (world, area, reason), count in sorted(reasons.items()):
