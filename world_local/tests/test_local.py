@@ -6,6 +6,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import anyio.to_thread
 import pytest
 
@@ -211,6 +212,23 @@ async def test_purge_empties_only_its_namespace(tmp_path: Path) -> None:
         assert await two.log.tail("l") == 1
         assert len(await two.queue.claim("q", "w", lease=1)) == 1
         assert (await two.stream.info("s")).next_index == 1
+
+
+def test_one_world_used_by_one_event_loop_after_another(tmp_path: Path) -> None:
+    world = anyio.run(lambda: connect(url=str(tmp_path), namespace="t"))
+
+    async def claim_nothing() -> None:
+        assert await world.queue.claim("q", "w", lease=1, wait=0.01) == []
+
+    async def claim_woken() -> list[bytes]:
+        async with anyio.create_task_group() as group:
+            group.start_soon(world.queue.enqueue, "q", b"x")
+            leases = await world.queue.claim("q", "w", lease=1, wait=30)
+        return [lease.payload for lease in leases]
+
+    anyio.run(claim_nothing)
+    assert anyio.run(claim_woken) == [b"x"]
+    anyio.run(world.aclose)
 
 
 async def test_closed_world_refuses_calls(world: LocalWorld) -> None:

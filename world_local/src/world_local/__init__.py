@@ -19,7 +19,7 @@ import anyio.to_thread
 from world_core.errors import ConfigurationError
 from world_core.spi import Capabilities, World, validate_namespace
 from world_local import _outbox as outbox
-from world_local._files import sweep_temps
+from world_local._files import fsync_dir, sweep_temps
 from world_local._log import LocalLog
 from world_local._queue import LocalQueue
 from world_local._space import Space, translate
@@ -98,6 +98,8 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Loca
         for kind in _KINDS:
             (folder / namespace / kind).mkdir(parents=True, exist_ok=True)
             sweep_temps(folder / namespace / kind)
+        fsync_dir(folder / namespace)  # the folders hold acknowledged files from now on
+        fsync_dir(folder)
 
     with translate(folder):
         await anyio.to_thread.run_sync(prepare)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from world_core.errors import BackendUnavailableError, ClosedError, WorldError
@@ -42,7 +43,8 @@ class Space:
         self._files: dict[tuple[str, str], FoldedFile] = {}
         self._files_mutex = threading.Lock()
         self._names: dict[tuple[str, str], str] = {}
-        self._events: dict[tuple[str, str], anyio.Event] = {}
+        # Per object, one event per event loop: a World may be used by one loop after another.
+        self._events: dict[tuple[str, str], dict[object, anyio.Event]] = {}
 
     def file(self, cls: type[F], ident: str) -> F:
         """The (cached) folded file of ``ident`` in the ``cls.kind`` folder."""
@@ -92,16 +94,16 @@ class Space:
     def event(self, kind: str, ident: str) -> anyio.Event:
         """The event the next change of (kind, ident) in this process sets. Take it *before*
         looking at the state, so a change between the look and the wait is not missed."""
-        key = (kind, ident)
-        event = self._events.get(key)
+        by_loop = self._events.setdefault((kind, ident), {})
+        loop = anyio.lowlevel.current_token()
+        event = by_loop.get(loop)
         if event is None:
-            event = self._events[key] = anyio.Event()
+            event = by_loop[loop] = anyio.Event()
         return event
 
     def changed(self, kind: str, ident: str) -> None:
-        event = self._events.pop((kind, ident), None)
-        if event is not None:
-            event.set()
+        for event in self._events.pop((kind, ident), {}).values():
+            event.set()  # an event of a finished loop has no waiter left: setting it is harmless
 
 
 @contextmanager
