@@ -92,6 +92,8 @@ def read_frame(fd: int, offset: int) -> tuple[int, dict[str, Any], list[Blob]] |
     if magic != MAGIC:
         return None
     start = offset + _HEAD.size
+    if start + length > os.fstat(fd).st_size:  # not yet (or never) whole; don't read garbage
+        return None
     body = read_exact(fd, length, start)
     if len(body) < length or zlib.crc32(body) != crc:
         return None
