@@ -98,7 +98,16 @@ async def _worker(args: argparse.Namespace) -> int:
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
         worker = Worker(world, factory, queue=args.queue, lease=args.lease, grace=args.grace)
         if not args.once:
-            await worker.run()
+
+            def ready() -> None:
+                print(
+                    f"world worker {worker.name}: waiting for turns on queue {worker.queue!r} "
+                    "(SIGTERM or Ctrl-C stops it after the current turn)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+            await worker.run(on_ready=ready)
             return 0
         result = await worker.run_once(wait=args.wait)
     if result is None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+import anyio.abc
 
 from world_core._agent import Agent
 from world_core._client import DEFAULT_QUEUE
@@ -113,12 +114,23 @@ class Worker:
             return None
         return await self.process(leases[0])
 
-    async def run(self, *, stop: anyio.Event | None = None, signals: bool = True) -> None:
-        """Run turns until ``stop`` is set (or SIGTERM/SIGINT when ``signals``)."""
+    async def run(
+        self,
+        *,
+        stop: anyio.Event | None = None,
+        signals: bool = True,
+        on_ready: Callable[[], object] | None = None,
+    ) -> None:
+        """Run turns until ``stop`` is set (or SIGTERM/SIGINT when ``signals``).
+
+        ``on_ready`` is called once the signal handlers are in place, before the first claim.
+        """
         stop = stop if stop is not None else anyio.Event()
         async with anyio.create_task_group() as tg:
             if signals:
-                tg.start_soon(_stop_on_signals, stop)
+                await tg.start(_stop_on_signals, stop)
+            if on_ready is not None:
+                on_ready()
             while not stop.is_set():
                 leases = await self.world.queue.claim(
                     self.queue, self.name, lease=self.lease, wait=1.0
@@ -222,8 +234,11 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-async def _stop_on_signals(stop: anyio.Event) -> None:
+async def _stop_on_signals(
+    stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        task_status.started()
         async for signum in received:
             log.info("signal %s: finishing the current turn, then stopping", signum)
             stop.set()

@@ -1,0 +1,32 @@
+"""An agent for worker processes started by the journal tests (imported through PYTHONPATH).
+
+Its one tool, ``wait_here`` (safe), writes the file named by ``JOURNAL_TEST_MARKER`` and then
+waits forever, so a test knows the worker is inside a turn and can signal it there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import anyio
+
+from world_core import Agent, ModelReply, ModelRequest, ScriptedModel, ToolCall, tool
+
+
+def policy(request: ModelRequest) -> ModelReply:
+    if any(m["role"] == "tool" for m in request.messages):
+        return ModelReply(content="finished")
+    call = ToolCall(id="call_0", name="wait_here", arguments=json.dumps({"label": "x"}))
+    return ModelReply(tool_calls=[call])
+
+
+async def wait_here(label: str) -> str:
+    """Signal that the turn is running, then wait."""
+    await anyio.Path(os.environ["JOURNAL_TEST_MARKER"]).write_text(label)
+    await anyio.sleep_forever()
+    return label
+
+
+def build() -> Agent:
+    return Agent(model=ScriptedModel(policy), tools=[tool(wait_here, replay="safe")])

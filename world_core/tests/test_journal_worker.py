@@ -1,0 +1,244 @@
+"""Worker and client: leases, signals, failures, and a caller that goes away."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from world_core import (
+    Agent,
+    Client,
+    Lease,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    ToolCall,
+    Worker,
+    World,
+    open_world,
+    tool,
+)
+from world_core.errors import InvalidArgumentError
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+WAIT = 20.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> str:
+    return str(tmp_path / "world")
+
+
+@pytest.fixture
+async def world(folder: str) -> AsyncIterator[World]:
+    async with open_world("local", url=folder, namespace="worker") as opened:
+        yield opened
+
+
+def policy(request: ModelRequest) -> ModelReply:
+    """journal_support's policy: call wait_here once, then answer."""
+    if any(m["role"] == "tool" for m in request.messages):
+        return ModelReply(content="finished")
+    call = ToolCall(id="call_0", name="wait_here", arguments='{"label": "x"}')
+    return ModelReply(tool_calls=[call])
+
+
+def build_quick() -> Agent:
+    """journal_support's agent with a wait_here that returns at once. Same name and
+    description: the tool schemas are part of the model's input, so another docstring would
+    (rightly) be a NonDeterminismError on replay."""
+
+    async def return_now(label: str) -> str:
+        return label
+
+    quick = tool(
+        return_now,
+        replay="safe",
+        name="wait_here",
+        description="Signal that the turn is running, then wait.",
+    )
+    return Agent(model=ScriptedModel(policy), tools=[quick])
+
+
+def echo_agent() -> Agent:
+    return Agent(model=ScriptedModel(lambda request: ModelReply(content="echo")))
+
+
+async def test_submit_is_idempotent_per_turn(world: World) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "hi", turn_id="t")
+    assert await client.submit("s", "hi", turn_id="t") == turn
+    with pytest.raises(InvalidArgumentError, match="another message"):
+        await client.submit("s", "bye", turn_id="t")
+    leases = await world.queue.claim("turns", "w", lease=30, limit=10)
+    assert len(leases) == 1  # the dedup key kept the resubmission from queueing it twice
+    await world.queue.ack(leases[0])
+    assert await client.submit("s", "hi", turn_id="t") == turn
+    assert len(await world.queue.claim("turns", "w", lease=30, limit=10)) == 1  # no reply yet
+
+
+async def test_a_caller_that_goes_away_stops_nothing(world: World) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    with anyio.move_on_after(0.2):  # the user closes the tab
+        await client.wait("s", turn)
+    assert await client.reply("s", turn) is None
+    result = await Worker(world, echo_agent(), crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "done"
+    with anyio.fail_after(WAIT):
+        assert await client.wait("s", turn) == "echo"
+    assert await world.queue.claim("turns", "w", lease=1) == []  # acked
+
+
+async def test_wait_is_woken_by_the_reply(world: World) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    replies: list[str] = []
+
+    async def waiter() -> None:
+        replies.append(await client.wait("s", turn))
+
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await Worker(world, echo_agent(), crash=None).run_once(wait=WAIT)
+    assert replies == ["echo"]
+
+
+async def test_a_failed_turn_is_released_for_a_retry(world: World) -> None:
+    def broken(request: ModelRequest) -> ModelReply:
+        raise ConnectionError("model down")
+
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    worker = Worker(world, Agent(model=ScriptedModel(broken)), crash=None, retry_delay=0)
+    result = await worker.run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "failed"
+    assert result.error == "ConnectionError: model down"
+    retry = await Worker(world, echo_agent(), crash=None).run_once(wait=WAIT)
+    assert retry is not None
+    assert retry.status == "done"
+    assert await client.reply("s", turn) == "echo"
+
+
+async def test_a_message_that_is_no_turn_is_dropped(world: World) -> None:
+    await world.queue.enqueue("turns", b"not json")
+    result = await Worker(world, echo_agent(), crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "invalid"
+    assert await world.queue.claim("turns", "w", lease=1) == []
+    assert await world.queue.dead_letters("turns") == []
+
+
+async def test_lost_lease_cancels_the_turn(world: World, folder: str) -> None:
+    """The worker's event loop stalls past its lease (a tool blocking it); another worker
+    claims the turn meanwhile; the next renewal finds the lease lost and cancels the turn."""
+    stolen: list[Lease] = []
+    inside = threading.Event()
+
+    def other_worker() -> None:
+        async def claim() -> None:
+            inside.wait(WAIT)
+            async with open_world("local", url=folder, namespace="worker") as other:
+                stolen.extend(await other.queue.claim("turns", "other", lease=30, wait=WAIT))
+
+        anyio.run(claim)
+
+    async def stall(label: str) -> str:
+        """Block the event loop (deliberately: no renewal can run), then wait."""
+        inside.set()
+        time.sleep(3)  # noqa: ASYNC251  - the stall under test
+        await anyio.sleep_forever()
+        return label
+
+    agent = Agent(model=ScriptedModel(policy), tools=[tool(stall, replay="safe", name="wait_here")])
+    client = Client(world)
+    await client.submit("s", "hi")
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    try:
+        with anyio.fail_after(WAIT):
+            result = await Worker(world, agent, lease=1, crash=None).run_once(wait=WAIT)
+    finally:
+        thread.join(WAIT)
+    assert result is not None
+    assert result.status == "lease_lost"
+    assert len(stolen) == 1
+    assert stolen[0].attempt == 2
+
+
+def _worker_process(folder: str, tmp_path: Path, *extra: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["JOURNAL_TEST_MARKER"] = str(tmp_path / "inside")
+    env.pop("CRASH_AT", None)
+    command = [sys.executable, "-m", "world_core._cli", "worker"]
+    command += ["--agent", "journal_support:build", "--world", "local", "--url", folder]
+    command += ["--namespace", "worker", *extra]
+    with (tmp_path / "stderr").open("wb") as stderr:
+        return subprocess.Popen(command, env=env, stderr=stderr)
+
+
+def _stderr(tmp_path: Path) -> str:
+    return (tmp_path / "stderr").read_text(errors="replace")
+
+
+async def _stop(
+    process: subprocess.Popen[bytes], tmp_path: Path, ready: Callable[[], bool]
+) -> None:
+    """Wait until ``ready()``, SIGTERM the worker, expect a clean exit; never leak it."""
+    try:
+        await _until(ready, "the worker getting ready")
+        process.send_signal(signal.SIGTERM)
+        await _until(lambda: process.poll() is not None, "the worker exiting")
+        assert process.returncode == 0, _stderr(tmp_path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(WAIT)
+
+
+async def _until(predicate: Callable[[], bool], what: str) -> None:
+    for _ in range(int(WAIT * 20)):
+        if predicate():
+            return
+        await anyio.sleep(0.05)
+    raise AssertionError(f"{what} did not happen within {WAIT} s")
+
+
+async def test_sigterm_releases_the_running_turn(world: World, folder: str, tmp_path: Path) -> None:
+    """SIGTERM: the worker stops claiming, gives the turn its grace period, then releases it,
+    so another worker continues at once (well before the 60 s lease would run out)."""
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    process = _worker_process(folder, tmp_path, "--lease", "60", "--grace", "0.5")
+    await _stop(process, tmp_path, ready=(tmp_path / "inside").exists)
+    # Claimable within WAIT (20 s) although the lease was 60 s: it was released, not dropped.
+    result = await Worker(world, build_quick(), lease=60, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "done"
+    assert await client.reply("s", turn) == "finished"
+
+
+async def test_sigterm_stops_an_idle_worker(folder: str, tmp_path: Path) -> None:
+    process = _worker_process(folder, tmp_path)
+    await _stop(process, tmp_path, ready=lambda: "waiting for turns" in _stderr(tmp_path))
+    assert not (tmp_path / "inside").exists()
