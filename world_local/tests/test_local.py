@@ -289,3 +289,18 @@ async def test_outbox_append_cut_short_is_finished_or_dropped_whole(
             data = [e.data for e in await world.log.read("l")]
             assert (b"e" in data) is committed
         assert os.listdir(tmp_path / "store" / "t" / "outbox") == []
+
+
+async def test_followers_return_big_items_across_several_reads(world: LocalWorld) -> None:
+    big = [bytes([i]) * (5 * 1024 * 1024) for i in range(3)]
+    for data in big:
+        await world.log.append("l", [NewEvent(data=data)])
+        await world.stream.write("s", [data])
+    await world.stream.close("s")
+    watched: list[bytes] = []
+    async for event in world.log.watch("l"):
+        watched.append(event.data)
+        if event.seq == 3:
+            break
+    assert watched == big
+    assert [chunk.data async for chunk in world.stream.read("s")] == big

@@ -15,6 +15,7 @@ from world_core.errors import (
 )
 from world_core.spi import (
     MAX_LIST_LIMIT,
+    MAX_PAYLOAD_BYTES,
     Event,
     Log,
     LogInfo,
@@ -44,7 +45,7 @@ class LogFile(FoldedFile):
         self.status: str | None = None
 
     def apply(self, meta: dict[str, Any], blobs: list[Blob]) -> None:
-        for key, (offset, data) in zip(meta["keys"], blobs, strict=False):
+        for key, (offset, data) in zip(meta["keys"], blobs, strict=True):
             self.events.append((offset, len(data), key))
             if key is not None:
                 self.keys[key] = len(self.events)
@@ -58,8 +59,8 @@ class LogFile(FoldedFile):
     def info(self) -> LogInfo | None:
         return LogInfo(log_id=self.ident, tail=self.tail, status=self.status) if self.tail else None
 
-    def fetch(self, after: int, limit: int | None) -> list[Event]:
-        return self.reading(lambda fd: self.read(fd, after, limit))
+    def fetch(self, after: int, limit: int | None, budget: int | None = None) -> list[Event]:
+        return self.reading(lambda fd: self.read(fd, after, limit, budget))
 
     def current_info(self) -> LogInfo | None:
         return self.reading(lambda _: self.info())
@@ -68,11 +69,22 @@ class LogFile(FoldedFile):
         offset, size, key = self.events[seq - 1]
         return Event(seq=seq, data=read_exact(fd, size, offset), key=key)
 
-    def read(self, fd: int | None, after: int, limit: int | None) -> list[Event]:
-        stop = self.tail if limit is None else min(self.tail, after + limit)
+    def read(
+        self, fd: int | None, after: int, limit: int | None, budget: int | None = None
+    ) -> list[Event]:
+        """Events after ``after``, at most ``limit``, and once ``budget`` data bytes are
+        reached no more (but at least one)."""
         if fd is None:
             return []
-        return [self.event(fd, seq) for seq in range(after + 1, stop + 1)]
+        stop = self.tail if limit is None else min(self.tail, after + limit)
+        found: list[Event] = []
+        size = 0
+        for seq in range(after + 1, stop + 1):
+            if budget is not None and found and size + self.events[seq - 1][1] > budget:
+                break
+            found.append(self.event(fd, seq))
+            size += len(found[-1].data)
+        return found
 
 
 def _check_after(after: object) -> int:
@@ -182,7 +194,7 @@ class LocalLog(Log):
         delay = POLL_MIN
         while True:
             changed = self._space.event(LogFile.kind, log_id)
-            batch = await self._space.run(partial(file.fetch, after, 100))
+            batch = await self._space.run(partial(file.fetch, after, None, MAX_PAYLOAD_BYTES))
             for event in batch:
                 yield event
                 after = event.seq

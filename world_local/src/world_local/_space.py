@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,9 @@ __all__ = ["POLL_MAX", "POLL_MIN", "Space", "file_name"]
 
 R = TypeVar("R")
 F = TypeVar("F", bound=FoldedFile)
+
+CACHED_FILES = 4096
+"""Folded files kept in memory per namespace; the least recently used go beyond that."""
 
 POLL_MIN = 0.005
 """First wait between two looks at a file another process may change (seconds)."""
@@ -40,7 +44,7 @@ class Space:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.closed = False
-        self._files: dict[tuple[str, str], FoldedFile] = {}
+        self._files: OrderedDict[tuple[str, str], FoldedFile] = OrderedDict()
         self._files_mutex = threading.Lock()
         self._names: dict[tuple[str, str], str] = {}
         # Per object, one event per event loop: a World may be used by one loop after another.
@@ -53,6 +57,12 @@ class Space:
             found = self._files.get(key)
             if found is None:
                 found = self._files[key] = cls(self.folder / cls.kind / file_name(ident), ident)
+                if len(self._files) > CACHED_FILES:
+                    # Safe even while in use: a second FoldedFile of the same file is
+                    # excluded by flock like another process, and reads it afresh.
+                    self._files.popitem(last=False)
+            else:
+                self._files.move_to_end(key)
         assert isinstance(found, cls)
         return found
 

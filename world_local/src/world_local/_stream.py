@@ -8,6 +8,7 @@ from typing import Any
 
 from world_core.errors import ClosedError, ConflictError, InvalidArgumentError
 from world_core.spi import (
+    MAX_PAYLOAD_BYTES,
     Chunk,
     Stream,
     StreamInfo,
@@ -36,17 +37,22 @@ class StreamFile(FoldedFile):
     def info(self) -> StreamInfo:
         return StreamInfo(stream_id=self.ident, next_index=len(self.chunks), closed=self.closed)
 
-    def fetch(self, start: int, most: int) -> tuple[list[Chunk], bool]:
-        """Up to ``most`` chunks from ``start``, and whether the stream ends after them."""
+    def fetch(self, start: int, budget: int) -> tuple[list[Chunk], bool]:
+        """Chunks from ``start`` (once ``budget`` bytes are reached no more, but at least one),
+        and whether the stream ends after them."""
 
         def work(fd: int | None) -> tuple[list[Chunk], bool]:
-            stop = min(len(self.chunks), start + most)
-            found = []
-            if fd is not None:
-                for index in range(start, stop):
-                    offset, size = self.chunks[index]
-                    found.append(Chunk(index=index, data=read_exact(fd, size, offset)))
-            return found, self.closed and stop >= len(self.chunks)
+            found: list[Chunk] = []
+            total = 0
+            index = start
+            while fd is not None and index < len(self.chunks):
+                offset, size = self.chunks[index]
+                if found and total + size > budget:
+                    break
+                found.append(Chunk(index=index, data=read_exact(fd, size, offset)))
+                total += size
+                index += 1
+            return found, self.closed and index >= len(self.chunks)
 
         return self.reading(work)
 
@@ -110,7 +116,7 @@ class LocalStream(Stream):
         delay = POLL_MIN
         while True:
             changed = self._space.event(StreamFile.kind, stream_id)
-            found, ended = await self._space.run(partial(file.fetch, start, 64))
+            found, ended = await self._space.run(partial(file.fetch, start, MAX_PAYLOAD_BYTES))
             for chunk in found:
                 yield chunk
                 start = chunk.index + 1
