@@ -244,6 +244,11 @@ class Database:
                 await anyio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.05)
                 continue
+            except BaseException:
+                # Cancelled while the thread finished the call: it may have committed.
+                if tx is Tx.WRITE and notify:
+                    self._changes.notify()
+                raise
             if tx is Tx.WRITE and notify:
                 self._changes.notify()
             return result
@@ -287,21 +292,25 @@ class Database:
     async def wait(self, since: int, within: float) -> bool:
         """Wait up to ``within`` s for a commit after ``since``; True when one may have happened.
 
-        Commits of this World wake at once; other connections' (other Worlds, processes) are
-        noticed when a waiter's timeout ends, by ``PRAGMA data_version`` on a local file (one
-        check per World at a time) and assumed for remote databases.
+        Commits of this World wake at once. Other connections' commits (other Worlds, other
+        processes) are looked for when a waiter's time is up, at most one check per World at a
+        time: ``PRAGMA data_version`` on a local file; a sync for an embedded replica. A
+        remote database has no cheap change signal: False, and the waiter's next query (after
+        its backoff) is the poll.
         """
         if await self._changes.wait(since, within):
             return True
         if self._driver is None:
             raise ClosedError("this Turso World is closed; open a new one")
-        if self.settings.mode is not Mode.LOCAL:
-            await self.sync()
-            return True
+        if self.settings.mode is Mode.REMOTE:
+            return False
         if self._polling or time.monotonic() - self._last_poll < _POLL_FLOOR:
             return self._changes.count != since
         self._polling = True
         try:
+            if self.settings.mode is Mode.REPLICA:
+                await self.run(_sync, tx=Tx.NONE)
+                return self._changes.count != since
             version = await self.run(_data_version, tx=Tx.NONE)
         finally:
             self._polling = False
