@@ -11,7 +11,13 @@ import anyio.to_thread
 import pytest
 
 from world_core import open_world
-from world_core.errors import ClosedError, ConfigurationError, WorldError
+from world_core.errors import (
+    ClosedError,
+    ConfigurationError,
+    InvalidArgumentError,
+    InvalidIdentifierError,
+    WorldError,
+)
 from world_core.spi import MAX_ID_BYTES, NewEvent, OutboxMessage
 from world_local import LocalWorld, connect
 from world_local import _outbox as outbox
@@ -304,3 +310,14 @@ async def test_followers_return_big_items_across_several_reads(world: LocalWorld
             break
     assert watched == big
     assert [chunk.data async for chunk in world.stream.read("s")] == big
+
+
+async def test_followers_refuse_bad_arguments_when_called(world: LocalWorld) -> None:
+    with pytest.raises(InvalidIdentifierError):
+        world.log.watch("bad\x00id")
+    with pytest.raises(InvalidArgumentError):
+        world.log.watch("l", after=-1)
+    with pytest.raises(InvalidIdentifierError):
+        world.stream.read("")
+    with pytest.raises(InvalidArgumentError):
+        world.stream.read("s", start=1.5)  # type: ignore[arg-type]

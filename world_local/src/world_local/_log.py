@@ -187,9 +187,12 @@ class LocalLog(Log):
         file = self._file(log_id)
         return await self._space.run(lambda: file.reading(lambda _: file.info()))
 
-    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        validate_id(log_id, "log_id")
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        validate_id(log_id, "log_id")  # here, so that a bad call fails before iterating
         _check_after(after)
+        return self._watch(log_id, after)
+
+    async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
         file = self._file(log_id)
         delay = POLL_MIN
         while True:

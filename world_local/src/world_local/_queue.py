@@ -227,8 +227,11 @@ class LocalQueue(Queue):
         validate_enqueue(
             queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
         )
-        message = new_message(payload, delay, dedup_key, max_attempts)
-        ids = await self._write(queue, lambda file, fd: file.add(fd, [message]))
+        # The message is made under the lock, so enqueue order and visible time agree.
+        ids = await self._write(
+            queue,
+            lambda file, fd: file.add(fd, [new_message(payload, delay, dedup_key, max_attempts)]),
+        )
         assert ids is not None
         return ids[0]
 

@@ -105,10 +105,13 @@ class LocalStream(Stream):
         file = self._file(stream_id)
         return await self._space.run(lambda: file.reading(lambda _: file.info()))
 
-    async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        validate_id(stream_id, "stream_id")
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        validate_id(stream_id, "stream_id")  # here, so that a bad call fails before iterating
         if isinstance(start, bool) or not isinstance(start, int):
             raise InvalidArgumentError(f"start must be an int, got {start!r}")
+        return self._read(stream_id, start)
+
+    async def _read(self, stream_id: str, start: int) -> AsyncIterator[Chunk]:
         file = self._file(stream_id)
         if start < 0:
             info = await self.info(stream_id)
