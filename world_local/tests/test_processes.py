@@ -22,6 +22,7 @@ import pytest
 
 from world_core.spi import Chunk, Event, NewEvent
 from world_local import LocalWorld, connect
+from world_local._queue import COMPACT_BYTES
 
 CHILD = Path(__file__).with_name("child.py")
 WAIT = 60.0
@@ -257,6 +258,22 @@ def test_two_processes_claiming_one_queue_never_share_a_message(tmp_path: Path) 
         child.finish()
     taken = [[line.split()[1] for line in _lines(report)] for report in reports]
     assert sorted(taken[0] + taken[1]) == sorted(everything)
+
+
+def test_processes_enqueuing_and_acking_while_the_queue_is_compacted(tmp_path: Path) -> None:
+    reports = [tmp_path / f"churn-{i}.txt" for i in range(3)]
+    children = [_spawn("churn", tmp_path, "q", report, "60") for report in reports]
+    for child in children:
+        child.finish()
+    drained = tmp_path / "drain.txt"
+    _spawn("drain", tmp_path, "q", drained).finish()
+    lines = [line.split() for report in [*reports, drained] for line in _lines(report)]
+    enqueued = [ident for kind, ident in lines if kind == "enqueued"]
+    acked = [ident for kind, ident in lines if kind == "acked"]
+    assert len(enqueued) == 180
+    assert sorted(acked) == sorted(enqueued), "a message was lost or delivered twice"
+    (queue_file,) = (tmp_path / NS / "queues").iterdir()
+    assert queue_file.stat().st_size < 2 * COMPACT_BYTES, "18 MB went in: it was compacted"
 
 
 def test_lease_taken_in_one_process_expires_and_is_redelivered_in_another(
