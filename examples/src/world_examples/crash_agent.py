@@ -37,7 +37,7 @@ from world_core import (
     tool,
 )
 from world_core.errors import ConfigurationError
-from world_examples.inbox import SESSION_HEADER, read_maildir
+from world_examples._maildir import SESSION_HEADER, read_maildir
 
 __all__ = ["MESSAGE", "NOTES", "build_agent", "policy", "tools"]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import mailbox
 import socket
-from email import message_from_bytes
 from email.message import Message
 from pathlib import Path
 from types import TracebackType
@@ -15,10 +14,9 @@ from typing import Any, Self
 
 from aiosmtpd.controller import Controller
 
-__all__ = ["SESSION_HEADER", "Inbox", "read_maildir"]
+from world_examples._maildir import SESSION_HEADER, read_maildir
 
-SESSION_HEADER = "X-World-Session"
-"""Header the example agent's emails carry, so one inbox can serve several sessions."""
+__all__ = ["SESSION_HEADER", "Inbox", "read_maildir"]
 
 
 class _Deliver:
@@ -67,15 +65,3 @@ class Inbox:
     def messages(self, session_id: str | None = None) -> list[Message]:
         """Messages delivered so far (for one session, when given)."""
         return read_maildir(self.folder, session_id)
-
-
-def read_maildir(folder: Path, session_id: str | None = None) -> list[Message]:
-    """The messages in a Maildir, oldest first by delivery name, filtered by session header."""
-    box = mailbox.Maildir(folder, create=True)
-    found: list[Message] = []
-    for key in sorted(box.keys()):
-        with box.get_file(key) as handle:
-            message = message_from_bytes(handle.read())
-        if session_id is None or message.get(SESSION_HEADER) == session_id:
-            found.append(message)
-    return found
