@@ -50,7 +50,7 @@ def fresh_namespace() -> str:
 
 
 @pytest.fixture
-async def world(mongo_url: str) -> AsyncIterator[MongoWorld]:
+async def mongo_world(mongo_url: str) -> AsyncIterator[MongoWorld]:
     opened = await connect(url=mongo_url, namespace=fresh_namespace())
     try:
         yield opened

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 from pymongo import errors as pe
 
@@ -54,13 +55,24 @@ def translate(action: str) -> Iterator[None]:
             f"cannot {action}: MongoDB is unreachable or timed out ({type(exc).__name__}); "
             "retry later, idempotently where it matters"
         ) from exc
-    except pe.PyMongoError as exc:
-        if any(exc.has_error_label(label) for label in _TRANSIENT_LABELS):
-            raise BackendUnavailableError(
-                f"cannot {action}: transient MongoDB fault ({type(exc).__name__}); retry later"
+    except pe.OperationFailure as exc:
+        if exc.code in (13, 18) or "authentication failed" in str(exc).lower():
+            raise ConfigurationError(
+                f"cannot {action}: MongoDB refused the credentials or privileges of "
+                f"WORKFLOW_MONGO_URL (code {exc.code}); fix the user, password or authSource"
             ) from exc
-        code = getattr(exc, "code", None)
-        raise WorldError(
-            f"cannot {action}: MongoDB refused it ({type(exc).__name__}, code {code}); "
-            "check the server version and the user's privileges"
+        _raise_other(action, exc)
+    except pe.PyMongoError as exc:
+        _raise_other(action, exc)
+
+
+def _raise_other(action: str, exc: pe.PyMongoError) -> NoReturn:
+    if any(exc.has_error_label(label) for label in _TRANSIENT_LABELS):
+        raise BackendUnavailableError(
+            f"cannot {action}: transient MongoDB fault ({type(exc).__name__}); retry later"
         ) from exc
+    code = getattr(exc, "code", None)
+    raise WorldError(
+        f"cannot {action}: MongoDB refused it ({type(exc).__name__}, code {code}); "
+        "check the server version and the user's privileges"
+    ) from exc
