@@ -236,3 +236,12 @@ async def test_close_wakes_a_waiter(db_url: str) -> None:
             await anyio.sleep(0.05)
             await world.aclose()
     assert len(failures) == 1
+
+
+async def test_iterators_are_not_used_up_by_validation(turso: TursoWorld) -> None:
+    """The SPI takes sequences; an iterator passed anyway is stored whole, not as nothing."""
+    events = (NewEvent(data=bytes([i])) for i in range(3))
+    assert await turso.log.append("g", events) == 3  # type: ignore[arg-type]
+    assert [e.data for e in await turso.log.read("g")] == [b"\x00", b"\x01", b"\x02"]
+    chunks = iter([b"a", b"b"])
+    assert await turso.stream.write("s", chunks) == 2  # type: ignore[arg-type]

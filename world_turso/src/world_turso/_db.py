@@ -57,7 +57,7 @@ _POLL_FLOOR = 0.005  # least time between two data_version checks of one World
 
 
 class _Cursor(Protocol):
-    def fetchall(self) -> list[Row]: ...
+    def fetchall(self) -> list[Row] | None: ...  # None for statements without result columns
 
 
 class _Driver(Protocol):
@@ -93,7 +93,7 @@ class Conn:
         self._driver = driver
 
     def rows(self, sql: str, params: Sequence[Param] = ()) -> list[Row]:
-        return self._driver.execute(sql, _bind(params)).fetchall()
+        return self._driver.execute(sql, _bind(params)).fetchall() or []
 
     def one(self, sql: str, params: Sequence[Param] = ()) -> Row | None:
         found = self.rows(sql, params)

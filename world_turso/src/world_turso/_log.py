@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from functools import partial
 
 from world_core.errors import ConflictError, DuplicateKeyError, InvalidArgumentError
@@ -91,9 +91,12 @@ class TursoLog(Log):
         status: str | None = None,
         messages: Sequence[OutboxMessage] = (),
     ) -> int:
-        validate_append(
-            log_id, events, expect_tail=expect_tail, status=status, messages=list(messages)
-        )
+        # An iterator is listed first: the validation would use it up.
+        if isinstance(events, Iterator):
+            events = list(events)
+        if isinstance(messages, Iterator):
+            messages = list(messages)
+        validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
         batch = list(events)
         outbox = list(messages)
         t = self._t

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from functools import partial
 
 from world_core.errors import ClosedError, ConflictError, InvalidArgumentError
@@ -31,6 +31,8 @@ class TursoStream(Stream):
     async def write(
         self, stream_id: str, chunks: Sequence[bytes], *, expect_next: int | None = None
     ) -> int:
+        if isinstance(chunks, Iterator):  # the validation would use it up
+            chunks = list(chunks)
         validate_write(stream_id, chunks, expect_next=expect_next)
         batch = list(chunks)
         t = self._t
