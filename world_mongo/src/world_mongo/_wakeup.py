@@ -14,7 +14,7 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,26 +134,39 @@ def notifier_for(key: tuple[Any, ...]) -> Notifier:
 
 
 async def follow_change_stream(
-    db: AsyncDatabase[dict[str, Any]], kinds: dict[str, str], notifier: Notifier
+    db: AsyncDatabase[dict[str, Any]],
+    kinds: dict[str, str],
+    notifier: Notifier,
+    live: Callable[[bool], None],
 ) -> None:
     """Relay inserts/updates/deletes of our collections to the notifier until cancelled.
 
     ``kinds`` maps a collection name to the wake kind. Head documents are keyed by the log or
     stream id, so those wake exactly; queue documents are keyed by message id, so a queue
-    change wakes every queue waiter, which then re-checks its own queue. Any failure ends the
-    relay and leaves waiters on polling, which stays on as a safety net in any case.
+    change wakes every queue waiter, which then re-checks its own queue. ``live(True)`` while
+    a change stream is open, ``live(False)`` when it broke; it is reopened with backoff, and
+    polling covers the gap (polling stays on as a safety net in any case).
     """
     pipeline = [{"$match": {"ns.coll": {"$in": list(kinds)}}}]
-    try:
-        async with await db.watch(pipeline) as stream:
-            async for change in stream:
-                kind = kinds.get(change.get("ns", {}).get("coll", ""))
-                if kind is None:
-                    continue
-                if kind == "queue":
-                    notifier.notify(kind)
-                else:
-                    doc_id = change.get("documentKey", {}).get("_id")
-                    notifier.notify(kind, doc_id if isinstance(doc_id, str) else None)
-    except PyMongoError as exc:
-        _log.warning("change stream ended (%s); waiters fall back to polling", type(exc).__name__)
+    retry = Backoff(0.5, 30.0)
+    while True:
+        try:
+            async with await db.watch(pipeline) as stream:
+                live(True)
+                retry.reset()
+                async for change in stream:
+                    kind = kinds.get(change.get("ns", {}).get("coll", ""))
+                    if kind is None:
+                        continue
+                    if kind == "queue":
+                        notifier.notify(kind)
+                    else:
+                        doc_id = change.get("documentKey", {}).get("_id")
+                        notifier.notify(kind, doc_id if isinstance(doc_id, str) else None)
+        except PyMongoError as exc:
+            _log.warning("change stream broke (%s); polling until it reopens", type(exc).__name__)
+        live(False)
+        # Anything missed while it was down: let every waiter re-check once.
+        for kind in set(kinds.values()):
+            notifier.notify(kind)
+        await asyncio.sleep(retry.next())

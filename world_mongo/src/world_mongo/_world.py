@@ -84,6 +84,7 @@ class MongoWorld(World):
         self.queue = MongoQueue(self, c["queue"])
         self.stream = MongoStream(self, self._stream_segments)
         self._relay: asyncio.Task[None] | None = None
+        self._relay_live = False
 
     def __repr__(self) -> str:
         return f"MongoWorld(database={self._database!r}, namespace={self.namespace!r})"
@@ -111,7 +112,10 @@ class MongoWorld(World):
             raise ClosedError("this MongoWorld is closed: open a new one with open_world()")
 
     def new_backoff(self) -> Backoff:
-        return Backoff(POLL_MIN, POLL_MAX_WITH_CHANGE_STREAM if self._relay else POLL_MAX)
+        return Backoff(POLL_MIN, POLL_MAX_WITH_CHANGE_STREAM if self._relay_live else POLL_MAX)
+
+    def _set_relay_live(self, live: bool) -> None:
+        self._relay_live = live
 
     async def _open(self) -> None:
         c = self._collections
@@ -130,7 +134,9 @@ class MongoWorld(World):
                 c["stream_heads"].name: "stream",
                 c["queue"].name: "queue",
             }
-            self._relay = asyncio.create_task(follow_change_stream(self._db, kinds, self.notifier))
+            self._relay = asyncio.create_task(
+                follow_change_stream(self._db, kinds, self.notifier, self._set_relay_live)
+            )
 
     async def purge(self) -> None:
         self.check_open()
