@@ -10,19 +10,22 @@ Side by side, on the same file, each with WAL and synchronous=FULL:
   directly on the caller's thread.
 * ``raw sqlite3``: the stdlib ``sqlite3`` module doing the same, in a child process (a second
   SQLite library in one process does not share libsql's file locks).
-* The three take turns in 5 rounds, so the machine's load falls on all of them alike.
-* queue throughput (enqueue, then claim + ack until empty) with 1 and 8 worker tasks on one
-  World, and stream write-to-read latency (reader on the same World, and on a second World:
-  another connection, woken by PRAGMA data_version polling).
+  The three take turns in 5 rounds, so the machine's load falls on all of them alike.
+* queue throughput (enqueue, then claim + ack until empty): 1 and 8 worker tasks on one World,
+  and 8 worker processes (one World each, timed from a common start).
+* stream write-to-read latency: the reader on the same World, and on a second World (another
+  connection, woken by PRAGMA data_version polling).
 
-Bounded (well under two minutes with the defaults); the temporary folder is removed at the end.
-Timings on a shared machine are noisy: compare columns of one run, not runs.
+Bounded (about a minute with the defaults on a loaded machine; every wait has a timeout); the
+temporary folder is removed at the end. Timings on a shared machine are noisy: compare the
+rows of one run, not runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -36,6 +39,7 @@ from typing import Protocol, cast
 
 import anyio
 import libsql
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from world_core import NewEvent
 from world_turso import TursoWorld, connect
@@ -188,6 +192,61 @@ async def bench_queue(world: TursoWorld, messages: int, workers: int) -> dict[st
     }
 
 
+async def queue_child(url: str, queue: str) -> None:
+    """Run in a child process: claim + ack until the queue is empty; prints how many."""
+    async with await connect(url=url, namespace="bench") as world:
+        print(json.dumps({"ready": True}), flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        done = 0
+        while leases := await world.queue.claim(queue, f"p{os.getpid()}", lease=60):
+            for lease in leases:
+                await world.queue.ack(lease)
+                done += 1
+        print(json.dumps({"done": done}), flush=True)
+
+
+async def bench_queue_processes(
+    world: TursoWorld, url: str, messages: int, workers: int
+) -> dict[str, object]:
+    """The same job with worker processes, each with its own connection (and its own GIL)."""
+    queue = f"p{workers}"
+    for i in range(messages):
+        await world.queue.enqueue(queue, i.to_bytes(4, "big"))
+    argv = [sys.executable, __file__, "--queue-child", url, queue]
+    children = [await anyio.open_process(argv) for _ in range(workers)]
+    done = 0
+    try:
+        with anyio.fail_after(120):
+            for child in children:
+                assert child.stdout is not None
+                line = await BufferedByteReceiveStream(child.stdout).receive_until(b"\n", 4096)
+                assert json.loads(line) == {"ready": True}
+            start = time.perf_counter()
+            for child in children:
+                assert child.stdin is not None
+                await child.stdin.send(b"go\n")
+            for child in children:
+                assert child.stdout is not None
+                line = await BufferedByteReceiveStream(child.stdout).receive_until(b"\n", 4096)
+                done += int(json.loads(line)["done"])
+            elapsed = time.perf_counter() - start
+            for child in children:
+                await child.wait()
+    finally:
+        for child in children:
+            if child.returncode is None:
+                child.kill()
+            await child.aclose()
+    assert done == messages, f"{done} of {messages} messages processed"
+    return {
+        "name": f"queue claim+ack, {workers} worker processes",
+        "ops": messages,
+        "p50_ms": None,
+        "p99_ms": None,
+        "ops_per_s": messages / elapsed,
+    }
+
+
 async def bench_stream(
     writer: TursoWorld, reader: TursoWorld, count: int, label: str
 ) -> dict[str, object]:
@@ -223,6 +282,7 @@ async def run(args: argparse.Namespace, folder: Path) -> list[dict[str, object]]
         results += await bench_appends(world, path, args.appends)
         for workers in (1, 8):
             results.append(await bench_queue(world, args.messages, workers))
+        results.append(await bench_queue_processes(world, url, args.messages, 8))
         results.append(await bench_stream(world, world, args.chunks, "same World"))
         async with await connect(url=url, namespace="bench") as other:
             results.append(await bench_stream(world, other, args.chunks, "second connection"))
@@ -255,9 +315,13 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print JSON after the table")
     parser.add_argument("--sqlite3-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--queue-child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sqlite3_child is not None:
         sqlite3_child(args.sqlite3_child, args.appends)
+        return
+    if args.queue_child is not None:
+        anyio.run(queue_child, *args.queue_child)
         return
     folder = Path(tempfile.mkdtemp(prefix="bench-turso-"))
     try:

@@ -286,9 +286,6 @@ class Database:
         """Take before a query; pass to :meth:`wait` after it found nothing new."""
         return self._changes.count
 
-    def notify(self) -> None:
-        self._changes.notify()
-
     async def wait(self, since: int, within: float) -> bool:
         """Wait up to ``within`` s for a commit after ``since``; True when one may have happened.
 
@@ -321,10 +318,6 @@ class Database:
         return self._changes.count != since
 
     # -- closing -------------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._driver is None
 
     async def aclose(self) -> None:
         """Wait for the call in progress, then close the connection. Idempotent."""
