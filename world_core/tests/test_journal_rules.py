@@ -91,12 +91,16 @@ async def keys(world: World) -> list[str | None]:
     return [event.key for event in await world.log.read(LOG)]
 
 
-async def test_round_trips_per_step_kind(world: World, turn: str, effects: Effects) -> None:
-    """Model call and safe tool: one outcome event each, nothing before. Never tool: intent
-    appended alone (committed before the call), then the outcome. now/uuid/random: no append
-    of their own; they ride with the next one."""
+@pytest.mark.parametrize("defer_safe", [True, False])
+async def test_round_trips_per_step_kind(
+    world: World, turn: str, effects: Effects, defer_safe: bool
+) -> None:
+    """Model call: its outcome, nothing before. Never tool: intent appended (committed before
+    the call; pending deferred outcomes ride with it, nothing of the tool's), then the outcome.
+    Safe tool and now(): nothing of their own; they ride with the next append (with
+    defer_safe=False a safe tool writes its outcome at once)."""
     t = tools(effects)
-    journal = await Journal.open(world, "s", turn)
+    journal = await Journal.open(world, "s", turn, defer_safe=defer_safe)
     model = ScriptedModel(lambda request: ModelReply(content="hi"))
     tails = [await world.log.tail(LOG)]
     await journal.model(model, ModelRequest(messages=[{"role": "user", "content": "hello"}]))
@@ -105,9 +109,15 @@ async def test_round_trips_per_step_kind(world: World, turn: str, effects: Effec
     tails.append(await world.log.tail(LOG))
     stamp = journal.now()
     tails.append(await world.log.tail(LOG))
-    await journal.call(t["act"], {"text": "go"})
+
+    async def act(text: str) -> str:
+        tails.append(await world.log.tail(LOG))  # inside the call: the intent is durable
+        return text
+
+    await journal.call(tool(act, replay="never"), {"text": "go"})
     tails.append(await world.log.tail(LOG))
-    assert [b - a for a, b in itertools.pairwise(tails)] == [1, 1, 0, 3]
+    growth = [b - a for a, b in itertools.pairwise(tails)]
+    assert growth == ([1, 0, 0, 3, 1] if defer_safe else [1, 1, 0, 2, 1])
     events = await world.log.read(LOG)
     assert [e.key for e in events][1:] == [
         "turn/t/step/0/outcome",
@@ -116,8 +126,45 @@ async def test_round_trips_per_step_kind(world: World, turn: str, effects: Effec
         "turn/t/step/3/intent",  # ... the never tool's intent
         "turn/t/step/3/outcome",
     ]
-    assert events[3].seq == events[4].seq - 1
     assert json.loads(events[3].data)["result"]["output"] == stamp
+
+
+async def test_a_deferred_safe_outcome_lost_to_a_crash_reruns_only_that_tool(
+    world: World, turn: str, effects: Effects
+) -> None:
+    """Interrupted during the model call after a safe tool: neither outcome is durable (they
+    share one append), so the replay runs the safe tool again and then the model, and no
+    durable model outcome ever lacks the tool result it was given."""
+    t = tools(effects)
+    inside = anyio.Event()
+
+    class Hanging:
+        async def complete(self, request: ModelRequest) -> ModelReply:
+            inside.set()
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    request = ModelRequest(messages=[{"role": "user", "content": "hello"}])
+    first = await Journal.open(world, "s", turn)
+    tail = await world.log.tail(LOG)
+
+    async def run() -> None:
+        await first.call(t["lookup"], {"topic": "a"})
+        await first.model(Hanging(), request)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await inside.wait()
+            tg.cancel_scope.cancel()
+    assert await world.log.tail(LOG) == tail
+    again = await Journal.open(world, "s", turn)
+    assert await again.call(t["lookup"], {"topic": "a"}) == "note on a"
+    model = ScriptedModel(lambda r: ModelReply(content="ok"))
+    assert (await again.model(model, request)).content == "ok"
+    assert again.tool_runs == 1
+    assert len(model.calls) == 1
+    assert await keys(world) == ["turn/t/input", "turn/t/step/0/outcome", "turn/t/step/1/outcome"]
 
 
 async def test_replay_reads_back_and_calls_nothing(
@@ -287,6 +334,7 @@ async def test_large_results_go_to_blobs(world: World, turn: str, effects: Effec
     journal = await Journal.open(world, "s", turn, blob_threshold=1024)
     value = await journal.call(t["lookup"], {"topic": "a"})
     assert value == "x" * 200_000
+    await journal.finish("done")
     outcome = await world.log.get(LOG, "turn/t/step/0/outcome")
     assert outcome is not None
     assert len(outcome.data) < 1024
@@ -298,6 +346,7 @@ async def test_large_results_go_to_blobs(world: World, turn: str, effects: Effec
     again = await Journal.open(world, "s", turn, blob_threshold=1024)
     assert await again.call(tools(effects, big=1)["lookup"], {"topic": "a"}) == value
     assert again.tool_runs == 0
+    assert await again.finish("done") == "done"
 
 
 async def test_blobs_are_content_addressed_and_checked(world: World) -> None:

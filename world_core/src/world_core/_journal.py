@@ -16,14 +16,19 @@ The rules, for step ``n``:
 * Intent recorded, no outcome (the call was interrupted): a model call and a ``safe`` tool run
   again; a ``never`` tool does not run: its outcome becomes :data:`POSSIBLY_RAN`, telling the
   model the call may or may not have happened and to check the current state first.
-* Nothing recorded: a ``never`` tool's intent is appended (and committed) on its own, before
-  the tool runs; then the call runs; then its outcome is appended. Model calls and ``safe``
-  tools write no intent: an interrupted one has nothing recorded and, by the rule above, runs
-  again anyway, so the intent would cost a round trip and change no decision. One append per
-  model call or ``safe`` step, two per ``never`` step.
-* ``now()``, ``uuid()`` and ``random()`` are steps too; their outcomes ride along with the
-  next append (zero round trips). If the process dies first, nothing durable used the value,
-  and the replay draws a fresh one.
+* Nothing recorded: a ``never`` tool's intent is appended (and committed) before the tool
+  runs, in an append of its own that nothing of the tool's can join; then the call runs; then
+  its outcome is appended at once. Model calls and ``safe`` tools write no intent: an
+  interrupted one has nothing recorded and, by the rule above, runs again anyway, so the
+  intent would cost a round trip and change no decision.
+* Deferred outcomes: a ``safe`` tool's outcome, and the values of ``now()``, ``uuid()`` and
+  ``random()`` (steps too), are not appended on their own: they ride with the next append
+  (the next model call's outcome, a ``never`` intent, the reply; or on their own past 1 MiB).
+  A crash before that loses them, and the replay runs the ``safe`` tool again or draws a fresh
+  value, which is what ``safe`` allows, and nothing durable can have used them: appends keep
+  step order, so any later outcome is in the same atomic batch or after it.
+* Round trips per step: model call 1; ``never`` tool 2 (intent, outcome); ``safe`` tool and
+  ``now``/``uuid``/``random`` 0 of their own (``defer_safe=False``: 1 per ``safe`` tool).
 * Every recorded step carries its kind, name and a sha-256 of its canonical input (for a model
   call: the whole request, conversation and tool schemas). Replay compares them at each
   position; any difference raises :class:`~world_core.errors.NonDeterminismError` with both
@@ -82,6 +87,7 @@ POSSIBLY_RAN = (
 """The tool result a model gets for an interrupted ``never`` tool."""
 
 _PREVIEW_CHARS = 300
+_PENDING_FLUSH_BYTES = 1024 * 1024  # deferred outcomes are written once they reach this
 
 
 def canonical_json(value: object) -> bytes:
@@ -156,6 +162,7 @@ class Journal:
         *,
         crash: CrashPoint | None,
         blob_threshold: int,
+        defer_safe: bool = True,
     ) -> None:
         self._world = world
         self.session_id = session_id
@@ -167,6 +174,8 @@ class Journal:
         self._blobs = Blobs(world.stream)
         self._next = 0
         self._pending: list[NewEvent] = []
+        self._pending_bytes = 0
+        self._defer_safe = defer_safe
         self._broken: BaseException | None = None
         self.model_calls = 0
         self.tool_runs = 0
@@ -181,12 +190,15 @@ class Journal:
         *,
         crash: CrashPoint | None = None,
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+        defer_safe: bool = True,
     ) -> Journal:
         """Load the session log (one read) and return the journal of ``turn_id``.
 
         Args:
             crash: die at this point (see :mod:`world_core._crash`); None in production.
             blob_threshold: results above this many bytes go to blobs.
+            defer_safe: let ``safe`` tool outcomes ride with the next append (the default);
+                False writes each at once, one append per ``safe`` step.
 
         Raises:
             InvalidIdentifierError, InvalidArgumentError: bad ids (nothing is read).
@@ -203,6 +215,7 @@ class Journal:
             _load(events_data=[(e.seq, e.data) for e in events], turn_id=turn_id),
             crash=crash,
             blob_threshold=blob_threshold,
+            defer_safe=defer_safe,
         )
 
     # -- what the turn is about ----------------------------------------------------------------
@@ -360,12 +373,15 @@ class Journal:
 
     async def _append(self, events: list[NewEvent]) -> None:
         batch = [*self._pending, *events]
+        if not batch:
+            return
         try:
             await self._world.log.append(self._log_id, batch)
         except BaseException as exc:
             self._broken = exc
             raise
         self._pending.clear()
+        self._pending_bytes = 0
 
     def _mismatch(self, step: int, recorded: object, attempted: object) -> NonDeterminismError:
         return NonDeterminismError(
@@ -439,7 +455,17 @@ class Journal:
             body["blob"] = ref.model_dump()
         else:
             body["result"] = result
-        await self._append([self._event("outcome", body, n)])
+        event = self._event("outcome", body, n)
+        if kind == "tool" and replay == "safe" and self._defer_safe:
+            # Rides with the next append: lost only to a crash before it, and then the tool
+            # simply runs again, which its label allows. Every later outcome (a model call's)
+            # is in the same or a later batch, so nothing durable ever depends on it alone.
+            self._pending.append(event)
+            self._pending_bytes += len(event.data)
+            if self._pending_bytes > _PENDING_FLUSH_BYTES:
+                await self._append([])
+        else:
+            await self._append([event])
         self._record(n, outcome=body)
         # Return what replay will return: the JSON form, not the Python objects.
         decoded: dict[str, Any] = json.loads(encoded)
