@@ -78,6 +78,12 @@ def _decode_cursor(cursor: object) -> str:
 
 
 class TursoLog(Log):
+    """``Log`` on the namespace's ``logs`` and ``events`` tables; contract in ``world_core.spi``.
+
+    Quirk: ``watch`` polls other connections' commits (5 ms doubling to 200 ms) and is woken
+    at once by this World's own appends.
+    """
+
     def __init__(self, db: Database, tables: Tables) -> None:
         self._db = db
         self._t = tables

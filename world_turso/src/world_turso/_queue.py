@@ -91,6 +91,13 @@ def _lost(lease: Lease) -> LeaseLostError:
 
 
 class TursoQueue(Queue):
+    """``Queue`` on the namespace's ``messages`` and ``dead`` tables; contract in
+    ``world_core.spi``.
+
+    Quirks: a claim first checks, without the write lock, whether anything is due; ``requeue``
+    gives a dead letter its dedup key back only if no live message holds that key.
+    """
+
     def __init__(self, db: Database, tables: Tables) -> None:
         self._db = db
         self._t = tables

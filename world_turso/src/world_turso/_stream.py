@@ -18,6 +18,9 @@ _WAIT_MIN, _WAIT_MAX = 0.005, 0.2
 
 
 class TursoStream(Stream):
+    """``Stream`` on the namespace's ``streams`` and ``chunks`` tables; contract in
+    ``world_core.spi``. Readers fetch at most 64 chunks per query."""
+
     def __init__(self, db: Database, tables: Tables) -> None:
         self._db = db
         self._t = tables
