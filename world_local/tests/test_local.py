@@ -27,6 +27,9 @@ from world_local._queue import COMPACT_BYTES
 
 pytestmark = pytest.mark.anyio
 
+WAIT = 30.0
+"""Bound of every wait: a healthy store answers in milliseconds; this only stops a hang."""
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -145,10 +148,11 @@ async def test_a_whole_length_frame_with_a_bad_checksum_is_torn_too(tmp_path: Pa
         assert (await world.stream.info("s")).next_index == 1
         assert await world.stream.write("s", [b"c"]) == 2
         chunks = []
-        async for chunk in world.stream.read("s"):
-            chunks.append(chunk.data)
-            if len(chunks) == 2:
-                break
+        with anyio.fail_after(WAIT):
+            async for chunk in world.stream.read("s"):
+                chunks.append(chunk.data)
+                if len(chunks) == 2:
+                    break
         assert chunks == [b"a", b"c"]
 
 
@@ -229,7 +233,7 @@ def test_one_world_used_by_one_event_loop_after_another(tmp_path: Path) -> None:
     async def claim_woken() -> list[bytes]:
         async with anyio.create_task_group() as group:
             group.start_soon(world.queue.enqueue, "q", b"x")
-            leases = await world.queue.claim("q", "w", lease=1, wait=30)
+            leases = await world.queue.claim("q", "w", lease=1, wait=WAIT)
         return [lease.payload for lease in leases]
 
     anyio.run(claim_nothing)
@@ -304,12 +308,13 @@ async def test_followers_return_big_items_across_several_reads(world: LocalWorld
         await world.stream.write("s", [data])
     await world.stream.close("s")
     watched: list[bytes] = []
-    async for event in world.log.watch("l"):
-        watched.append(event.data)
-        if event.seq == 3:
-            break
+    with anyio.fail_after(WAIT):
+        async for event in world.log.watch("l"):
+            watched.append(event.data)
+            if event.seq == 3:
+                break
+        assert [chunk.data async for chunk in world.stream.read("s")] == big
     assert watched == big
-    assert [chunk.data async for chunk in world.stream.read("s")] == big
 
 
 async def test_followers_refuse_bad_arguments_when_called(world: LocalWorld) -> None:

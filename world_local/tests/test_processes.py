@@ -33,8 +33,9 @@ T = TypeVar("T")
 
 def _run(fn: Callable[[LocalWorld], Awaitable[T]], folder: Path) -> T:
     async def main() -> T:
-        async with await connect(url=str(folder), namespace=NS) as world:
-            return await fn(world)
+        with anyio.fail_after(WAIT):
+            async with await connect(url=str(folder), namespace=NS) as world:
+                return await fn(world)
 
     return anyio.run(main)
 
