@@ -6,6 +6,7 @@ container is actually asked for; the Docker probe runs at most once per session.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import warnings
@@ -127,16 +128,7 @@ class Provisioner:
         """None when a Docker daemon answers, else why not. Probed once, in milliseconds."""
         if not self._docker_checked:
             self._docker_checked = True
-            try:
-                import docker
-
-                client = docker.from_env(timeout=3)
-                try:
-                    client.ping()
-                finally:
-                    client.close()
-            except Exception as exc:  # any failure means: no usable daemon
-                self._docker_reason = f"no Docker daemon ({type(exc).__name__})"
+            self._docker_reason = _probe_docker()
         return self._docker_reason
 
     def _start_container(self, server: str) -> str:
@@ -167,3 +159,27 @@ class Provisioner:
             return str(mongo.get_connection_url())
         except Exception as exc:
             raise Unavailable(f"the {image} container did not start: {exc}") from exc
+
+
+def _probe_docker() -> str | None:
+    """``docker.from_env().ping()``, skipped when there is plainly no daemon to ask."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host and not Path("/var/run/docker.sock").exists():
+        return "no Docker daemon (no DOCKER_HOST, no /var/run/docker.sock)"
+    # docker-py leaves the socket of a refused connection to the garbage collector; collect it
+    # here, where its ResourceWarning is expected, rather than in some later test.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            import docker
+
+            client = docker.from_env(timeout=3)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except Exception as exc:  # any failure means: no usable daemon
+            return f"no Docker daemon ({type(exc).__name__}: {exc})"
+        finally:
+            gc.collect()
+    return None

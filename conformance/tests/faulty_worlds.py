@@ -1,0 +1,275 @@
+"""Wrapper Worlds around the real local World, each with one deliberate fault.
+
+They prove that the contracts can fail: each fault must make a named contract test fail
+(``test_faults.py``). The wrapped World and its files are real; only the one behaviour named
+by the factory is changed, in plain sight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import world_local
+from world_core import (
+    Capabilities,
+    Chunk,
+    DeadLetter,
+    Event,
+    Lease,
+    LeaseLostError,
+    LogInfo,
+    NewEvent,
+    OutboxMessage,
+    Page,
+    StreamInfo,
+    World,
+)
+from world_core.spi import DEFAULT_MAX_ATTEMPTS, Log, Queue, Stream
+
+
+class Wrapper(World):
+    """Delegates everything to ``inner``; subclasses replace one part."""
+
+    def __init__(self, inner: World) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.namespace = inner.namespace
+        self.log = inner.log
+        self.queue = inner.queue
+        self.stream = inner.stream
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    def settings(self) -> Mapping[str, str]:
+        return self.inner.settings()
+
+    async def purge(self) -> None:
+        await self.inner.purge()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _StatusIgnored(Log):
+    """Fault: ``append`` drops ``status``."""
+
+    def __init__(self, inner: Log) -> None:
+        self.inner = inner
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        return await self.inner.append(log_id, events, expect_tail=expect_tail, messages=messages)
+
+    async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+        return await self.inner.read(log_id, after=after, limit=limit)
+
+    async def get(self, log_id: str, key: str) -> Event | None:
+        return await self.inner.get(log_id, key)
+
+    async def tail(self, log_id: str) -> int:
+        return await self.inner.tail(log_id)
+
+    async def info(self, log_id: str) -> LogInfo | None:
+        return await self.inner.info(log_id)
+
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        return self.inner.watch(log_id, after=after)
+
+    async def list_logs(
+        self,
+        *,
+        prefix: str = "",
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[LogInfo]:
+        return await self.inner.list_logs(prefix=prefix, status=status, cursor=cursor, limit=limit)
+
+    async def delete(self, log_id: str) -> None:
+        await self.inner.delete(log_id)
+
+
+class _WatchRepeats(_StatusIgnored):
+    """Fault: ``watch`` yields its first event twice (``status`` is passed through here)."""
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        return await self.inner.append(
+            log_id, events, expect_tail=expect_tail, status=status, messages=messages
+        )
+
+    async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
+        first = True
+        async for event in self.inner.watch(log_id, after=after):
+            yield event
+            if first:
+                first = False
+                yield event
+
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        return self._watch(log_id, after)
+
+
+class _QueueFault(Queue):
+    def __init__(self, inner: Queue) -> None:
+        self.inner = inner
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: bytes,
+        *,
+        delay: float = 0.0,
+        dedup_key: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> str:
+        return await self.inner.enqueue(
+            queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
+        )
+
+    async def claim(
+        self, queue: str, worker: str, *, lease: float, limit: int = 1, wait: float = 0.0
+    ) -> list[Lease]:
+        return await self.inner.claim(queue, worker, lease=lease, limit=limit, wait=wait)
+
+    async def renew(self, lease: Lease, duration: float) -> Lease:
+        return await self.inner.renew(lease, duration)
+
+    async def ack(self, lease: Lease) -> None:
+        await self.inner.ack(lease)
+
+    async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
+        await self.inner.release(lease, delay=delay)
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        return await self.inner.dead_letters(queue, limit=limit)
+
+    async def requeue(self, queue: str, message_id: str) -> None:
+        await self.inner.requeue(queue, message_id)
+
+
+class _Lifo(_QueueFault):
+    """Fault: one claim returns its leases newest first."""
+
+    async def claim(
+        self, queue: str, worker: str, *, lease: float, limit: int = 1, wait: float = 0.0
+    ) -> list[Lease]:
+        leases = await self.inner.claim(queue, worker, lease=lease, limit=limit, wait=wait)
+        return leases[::-1]
+
+
+class _StaleAckAccepted(_QueueFault):
+    """Fault: ``ack`` with a stale token is silently accepted."""
+
+    async def ack(self, lease: Lease) -> None:
+        try:
+            await self.inner.ack(lease)
+        except LeaseLostError:
+            return
+
+
+class _DedupIgnored(_QueueFault):
+    """Fault: ``dedup_key`` is dropped."""
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: bytes,
+        *,
+        delay: float = 0.0,
+        dedup_key: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> str:
+        return await self.inner.enqueue(queue, payload, delay=delay, max_attempts=max_attempts)
+
+
+class _NegativeStartIgnored(Stream):
+    """Fault: a negative ``start`` reads from 0."""
+
+    def __init__(self, inner: Stream) -> None:
+        self.inner = inner
+
+    async def write(
+        self, stream_id: str, chunks: Sequence[bytes], *, expect_next: int | None = None
+    ) -> int:
+        return await self.inner.write(stream_id, chunks, expect_next=expect_next)
+
+    async def close(self, stream_id: str) -> None:
+        await self.inner.close(stream_id)
+
+    async def info(self, stream_id: str) -> StreamInfo:
+        return await self.inner.info(stream_id)
+
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        return self.inner.read(stream_id, start=max(start, 0))
+
+    async def delete(self, stream_id: str) -> None:
+        await self.inner.delete(stream_id)
+
+
+class _HidesOutbox(Wrapper):
+    """Fault: declares no outbox, yet ``append(messages=...)`` still enqueues them."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities.model_copy(update={"outbox": False})
+
+
+async def _local(url: str | None, namespace: str) -> World:
+    return await world_local.connect(url=url, namespace=namespace)
+
+
+async def status_ignored(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.log = _StatusIgnored(world.inner.log)
+    return world
+
+
+async def watch_repeats(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.log = _WatchRepeats(world.inner.log)
+    return world
+
+
+async def lifo(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.queue = _Lifo(world.inner.queue)
+    return world
+
+
+async def stale_ack_accepted(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.queue = _StaleAckAccepted(world.inner.queue)
+    return world
+
+
+async def dedup_ignored(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.queue = _DedupIgnored(world.inner.queue)
+    return world
+
+
+async def negative_start_ignored(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.stream = _NegativeStartIgnored(world.inner.stream)
+    return world
+
+
+async def hides_outbox(*, url: str | None = None, namespace: str = "default") -> World:
+    return _HidesOutbox(await _local(url, namespace))
