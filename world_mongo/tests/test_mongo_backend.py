@@ -15,7 +15,7 @@ from bson import ObjectId
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 
 from world_core import ConfigurationError, NewEvent
-from world_core.errors import DuplicateKeyError, PayloadTooLargeError, UnsupportedError
+from world_core.errors import ClosedError, DuplicateKeyError, PayloadTooLargeError, UnsupportedError
 from world_core.spi import OutboxMessage
 from world_mongo import MongoWorld, connect
 from world_mongo._wakeup import Backoff
@@ -291,6 +291,33 @@ async def test_segments_of_a_deleted_generation_stay_invisible(mongo_world: Mong
     assert [(e.seq, e.data, e.key) for e in events] == [(1, b"new", "k")]
     assert old["g"] != (await heads.find_one({"_id": "g"}) or {}).get("g")
     assert isinstance(old["g"], ObjectId)
+
+
+async def test_a_stale_remembered_head_costs_a_retry_never_a_wrong_answer(
+    mongo_world: MongoWorld, mongo_url: str
+) -> None:
+    other = await connect(url=mongo_url, namespace=mongo_world.namespace)
+    try:
+        assert await mongo_world.log.append("s", [NewEvent(data=b"a1", key="k1")]) == 1
+        # Another client deletes the log and starts it again with the same key.
+        await other.log.delete("s")
+        assert await other.log.append("s", [NewEvent(data=b"b1", key="k1")]) == 1
+        assert await other.log.append("s", [NewEvent(data=b"b2")]) == 2
+        # Our remembered head names the old generation: the key is judged on the new one.
+        with pytest.raises(DuplicateKeyError) as caught:
+            await mongo_world.log.append("s", [NewEvent(data=b"a2", key="k1")])
+        assert caught.value.existing.data == b"b1"
+        assert caught.value.existing.seq == 1
+        assert await mongo_world.log.append("s", [NewEvent(data=b"a3")], expect_tail=2) == 3
+        # Streams: a close by another client beats our remembered head.
+        assert await mongo_world.stream.write("t", [b"x"]) == 1
+        await other.stream.close("t")
+        with pytest.raises(ClosedError):
+            await mongo_world.stream.write("t", [b"y"])
+    finally:
+        await other.aclose()
+    events = await mongo_world.log.read("s")
+    assert [(e.seq, e.data) for e in events] == [(1, b"b1"), (2, b"b2"), (3, b"a3")]
 
 
 async def test_reads_merge_the_inline_batch_with_segments(mongo_world: MongoWorld) -> None:

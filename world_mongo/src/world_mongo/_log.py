@@ -98,26 +98,45 @@ class MongoLog(Log):
             )
         world = self._world
         world.check_open()
+        set_fields = {"status": status} if status is not None else None
         with translate("append to a log"):
-            while True:
+            # Start from the head this process committed last, when it has one: the commit
+            # below names its generation and count, so a stale one only costs a re-read.
+            head = self._seg.known_head(log_id)
+            loaded = head is None or (expect_tail is not None and head["n"] != expect_tail)
+            if loaded:
                 head = await self._seg.load_head(log_id, items=True)
-                tail = head["n"] if head is not None else 0
-                if expect_tail is not None and tail != expect_tail:
-                    raise ConflictError(
-                        f"log {log_id!r} has tail {tail}, not {expect_tail}: read the new "
-                        "events and decide again",
-                        expected=expect_tail,
-                        actual=tail,
-                    )
+            while True:
+                if loaded:
+                    tail = head["n"] if head is not None else 0
+                    if expect_tail is not None and tail != expect_tail:
+                        raise ConflictError(
+                            f"log {log_id!r} has tail {tail}, not {expect_tail}: read the new "
+                            "events and decide again",
+                            expected=expect_tail,
+                            actual=tail,
+                        )
                 if head is not None:
                     await self._seg.flush(log_id, head)
-                    if keys:
-                        await self._refuse_existing_keys(log_id, head, keys)
-                set_fields = {"status": status} if status is not None else None
+                    clash = await self._existing_key(head, keys) if keys else None
+                    if clash is not None:
+                        if loaded:
+                            key, existing = clash
+                            raise DuplicateKeyError(
+                                f"log {log_id!r} already holds key {key!r} (seq "
+                                f"{existing.seq}); nothing of the batch was written: use the "
+                                "stored event",
+                                key=key,
+                                existing=existing,
+                            )
+                        # Found from a remembered head: confirm against the real one.
+                        head, loaded = await self._seg.load_head(log_id, items=True), True
+                        continue
                 new_tail = await self._seg.try_commit(
                     log_id,
                     head,
                     items,
+                    size=size,
                     keys=keys,
                     set_fields=set_fields,
                     new_fields={"status": status},
@@ -125,30 +144,31 @@ class MongoLog(Log):
                 if new_tail is not None:
                     world.notifier.notify("log", log_id)
                     return new_tail
-                # Another writer committed first: read its head again, after a short jitter
-                # so that a crowd of writers does not retry in lock step.
-                await anyio.sleep(random.random() * 0.002)
+                if loaded:
+                    # Another writer committed first: short jitter, so that a crowd of
+                    # writers does not retry in lock step.
+                    await anyio.sleep(random.random() * 0.002)
+                head, loaded = await self._seg.load_head(log_id, items=True), True
 
-    async def _refuse_existing_keys(self, log_id: str, head: Doc, keys: list[str]) -> None:
-        # Only batches the head already covers: a clash beyond it belongs to a commit made
-        # after our read, and our own commit will fail and re-read (so expect_tail's
-        # ConflictError keeps its priority over the key check).
+    async def _existing_key(self, head: Doc, keys: list[str]) -> tuple[str, Event] | None:
+        """The first key of the batch already stored below the head's count, with its event.
+
+        Only batches the head covers: a clash beyond it belongs to a commit made after our
+        read, and our own commit will fail and re-read (so expect_tail's ConflictError keeps
+        its priority over the key check).
+        """
         seg = await self._seg.segs.find_one(
             {"g": head["g"], "keys": {"$in": keys}, "f": {"$lt": head["n"]}},
             {"f": 1, "items": 1},
         )
         if seg is None:
-            return
+            return None
         stored = {item.get("k"): (seg["f"] + i + 1, item) for i, item in enumerate(seg["items"])}
         for key in keys:
             if key in stored:
                 seq, item = stored[key]
-                raise DuplicateKeyError(
-                    f"log {log_id!r} already holds key {key!r} (seq {seq}); nothing of the "
-                    "batch was written: use the stored event",
-                    key=key,
-                    existing=_event(seq, item),
-                )
+                return key, _event(seq, item)
+        return None
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         validate_id(log_id, "log_id")

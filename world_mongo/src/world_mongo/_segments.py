@@ -21,6 +21,7 @@ segment it copies afterwards carries the old generation, which no reader asks fo
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from bson import ObjectId
@@ -34,6 +35,12 @@ __all__ = ["Doc", "Segments"]
 
 Doc = dict[str, Any]
 
+KNOWN_HEADS = 256
+KNOWN_BATCH_BYTES = 64 * 1024
+"""A writer remembers the heads it committed (at most KNOWN_HEADS, batches up to
+KNOWN_BATCH_BYTES) so its next write can skip reading the head: the conditional update still
+names the generation and count it expects, so a stale memory only costs a retry."""
+
 
 class Segments:
     """Head plus segment collections for one kind of sequence (logs or streams)."""
@@ -44,6 +51,29 @@ class Segments:
         self.heads = heads
         self.segs = segs
         self.keyed = keyed
+        self._known: OrderedDict[str, Doc] = OrderedDict()
+
+    def known_head(self, owner: str) -> Doc | None:
+        """The head this process last committed for ``owner`` (possibly stale), or None."""
+        head = self._known.get(owner)
+        if head is not None:
+            self._known.move_to_end(owner)
+        return head
+
+    def forget(self, owner: str | None = None) -> None:
+        if owner is None:
+            self._known.clear()
+        else:
+            self._known.pop(owner, None)
+
+    def _remember(self, owner: str, head: Doc, size: int) -> None:
+        if size > KNOWN_BATCH_BYTES:
+            self._known.pop(owner, None)
+            return
+        self._known[owner] = head
+        self._known.move_to_end(owner)
+        while len(self._known) > KNOWN_HEADS:
+            self._known.popitem(last=False)
 
     def segment_indexes(self) -> list[IndexModel]:
         models = [
@@ -102,30 +132,42 @@ class Segments:
         head: Doc | None,
         items: list[Any],
         *,
+        size: int,
         keys: list[str] | None = None,
         set_fields: Doc | None = None,
         match_fields: Doc | None = None,
         new_fields: Doc | None = None,
     ) -> int | None:
-        """Commit a batch after ``head``; the new count, or None if the head moved."""
+        """Commit a batch after ``head``; the new count, or None if the head moved.
+
+        ``head`` None creates the sequence. ``size`` (payload bytes) decides whether the new
+        head is remembered for the next write.
+        """
         n = head["n"] if head is not None else 0
         last: Doc = {"f": n, "items": items}
         if keys:
             last["keys"] = keys
         if head is None:
-            doc: Doc = {"_id": owner, "g": ObjectId(), "n": n + len(items), "last": last}
+            g = ObjectId()
+            doc: Doc = {"_id": owner, "g": g, "n": n + len(items), "last": last}
             doc.update(new_fields or {})
             try:
                 await self.heads.insert_one(doc)
             except DuplicateKeyError:
+                self.forget(owner)
                 return None
-            return n + len(items)
-        update: Doc = {"n": n + len(items), "last": last}
-        update.update(set_fields or {})
-        query: Doc = {"_id": owner, "g": head["g"], "n": n}
-        query.update(match_fields or {})
-        result = await self.heads.update_one(query, {"$set": update})
-        return n + len(items) if result.matched_count else None
+        else:
+            g = head["g"]
+            update: Doc = {"n": n + len(items), "last": last}
+            update.update(set_fields or {})
+            query: Doc = {"_id": owner, "g": g, "n": n}
+            query.update(match_fields or {})
+            result = await self.heads.update_one(query, {"$set": update})
+            if not result.matched_count:
+                self.forget(owner)
+                return None
+        self._remember(owner, {"g": g, "n": n + len(items), "last": last}, size)
+        return n + len(items)
 
     async def read(
         self, owner: str, head: Doc, start: int, limit: int | None
@@ -166,6 +208,7 @@ class Segments:
         return out
 
     async def delete(self, owner: str) -> bool:
+        self.forget(owner)
         head = await self.heads.find_one_and_delete({"_id": owner}, {"g": 1})
         if head is None:
             return False

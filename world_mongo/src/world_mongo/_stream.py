@@ -45,38 +45,48 @@ class MongoStream(Stream):
         world.check_open()
         items = list(chunks)
         with translate("write to a stream"):
-            while True:
+            # As in Log.append: a remembered head saves the read; the commit's filter (count,
+            # generation, closed: false) catches a stale one.
+            head = self._seg.known_head(stream_id)
+            loaded = head is None or (expect_next is not None and head["n"] != expect_next)
+            if loaded:
                 head = await self._seg.load_head(stream_id, items=True)
-                if head is not None and head.get("closed"):
-                    raise ClosedError(
-                        f"stream {stream_id!r} is closed: write to a new stream instead"
-                    )
-                next_index = head["n"] if head is not None else 0
-                if expect_next is not None and next_index != expect_next:
-                    raise ConflictError(
-                        f"stream {stream_id!r} has next index {next_index}, not {expect_next}: "
-                        "read it and decide again",
-                        expected=expect_next,
-                        actual=next_index,
-                    )
+            while True:
+                if loaded:
+                    if head is not None and head.get("closed"):
+                        raise ClosedError(
+                            f"stream {stream_id!r} is closed: write to a new stream instead"
+                        )
+                    next_index = head["n"] if head is not None else 0
+                    if expect_next is not None and next_index != expect_next:
+                        raise ConflictError(
+                            f"stream {stream_id!r} has next index {next_index}, not "
+                            f"{expect_next}: read it and decide again",
+                            expected=expect_next,
+                            actual=next_index,
+                        )
                 if head is not None:
                     await self._seg.flush(stream_id, head)
                 done = await self._seg.try_commit(
                     stream_id,
                     head,
                     items,
+                    size=size,
                     match_fields={"closed": False},
                     new_fields={"closed": False},
                 )
                 if done is not None:
                     world.notifier.notify("stream", stream_id)
                     return done
-                await anyio.sleep(random.random() * 0.002)
+                if loaded:
+                    await anyio.sleep(random.random() * 0.002)
+                head, loaded = await self._seg.load_head(stream_id, items=True), True
 
     async def close(self, stream_id: str) -> None:
         validate_id(stream_id, "stream_id")
         world = self._world
         world.check_open()
+        self._seg.forget(stream_id)
         with translate("close a stream"):
             while True:
                 result = await self._seg.heads.update_one(

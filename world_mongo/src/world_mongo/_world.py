@@ -140,6 +140,8 @@ class MongoWorld(World):
 
     async def purge(self) -> None:
         self.check_open()
+        self._log_segments.forget()
+        self._stream_segments.forget()
         with translate("purge the namespace"):
             for coll in self._collections.values():
                 await coll.delete_many({})
