@@ -27,10 +27,5 @@ class WorldContract(
     ModelContract,
     # Contracts of the layers above the SPI join here, one line each (JournalContract ...).
 ):
-    """Every contract of the World SPI. A backend's conformance file is::
-
-    from world_conformance import WorldContract
-
-    class TestPostgresWorld(WorldContract):
-        world_name = "postgres"
-    """
+    """Every contract of the World SPI; a backend's test class derives from it and sets
+    ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override)."""
