@@ -118,6 +118,18 @@ async def test_refused_port_fails_fast_without_the_token() -> None:
     assert SECRET not in _chain(caught.value)
 
 
+async def test_replica_of_an_unreachable_server_fails_fast(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    replica = tmp_path / "replica.db"
+    monkeypatch.setenv("WORKFLOW_TURSO_REPLICA_PATH", str(replica))
+    port = _free_port()
+    with anyio.fail_after(WAIT), pytest.raises(BackendUnavailableError) as caught:
+        await connect(url=f"libsql://127.0.0.1:{port}")
+    assert SECRET not in _chain(caught.value)
+    assert not replica.exists()
+
+
 async def test_unknown_host_fails_without_hanging() -> None:
     with anyio.fail_after(WAIT), pytest.raises(BackendUnavailableError) as caught:
         await connect(url="libsql://world-turso-test.invalid")
