@@ -14,8 +14,8 @@ Modes:
             prefixes the chunks.
     claim   claim (lease ARG seconds) and ack from queue TARGET forever
             (lines: ``claimed <id>``, ``acked <id>``).
-    churn   ARG times: enqueue a 100 kB message, claim up to 2 and ack them
-            (lines: ``enqueued <id>``, ``acked <id>``).
+    churn   ARG is ``<count>:<lease>``; count times: enqueue a 100 kB message, claim up to 2
+            and ack them (lines: ``enqueued <id>``, ``acked <id>``).
     drain   claim and ack from queue TARGET until it stays empty (line: ``acked <id>``).
     hold    claim one message (lease ARG seconds), report ``claimed <id> <attempt>``, exit.
     watch   report each event of log TARGET as it arrives (line: its data) until ARG events.
@@ -64,12 +64,12 @@ async def _claim(world: LocalWorld, target: str, out: TextIO, lease: float) -> N
             print("acked", held.message_id, file=out, flush=True)
 
 
-async def _churn(world: LocalWorld, target: str, out: TextIO, count: int) -> None:
+async def _churn(world: LocalWorld, target: str, out: TextIO, count: int, lease: float) -> None:
     for i in range(count):
         # Big payloads, so the queue file is compacted (renamed over) often while others wait.
         message_id = await world.queue.enqueue(target, b"x" * 100_000 + b"%d" % i)
         print("enqueued", message_id, file=out, flush=True)
-        for held in await world.queue.claim(target, "churn", lease=60, limit=2):
+        for held in await world.queue.claim(target, "churn", lease=lease, limit=2):
             await world.queue.ack(held)
             print("acked", held.message_id, file=out, flush=True)
 
@@ -107,7 +107,8 @@ async def main(mode: str, folder: str, namespace: str, target: str, out: TextIO,
         elif mode == "claim":
             await _claim(world, target, out, float(arg))
         elif mode == "churn":
-            await _churn(world, target, out, int(arg))
+            count, lease = arg.split(":")
+            await _churn(world, target, out, int(count), float(lease))
         elif mode == "drain":
             await _drain(world, target, out)
         elif mode == "hold":

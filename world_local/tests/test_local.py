@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -326,3 +327,18 @@ async def test_followers_refuse_bad_arguments_when_called(world: LocalWorld) -> 
         world.stream.read("")
     with pytest.raises(InvalidArgumentError):
         world.stream.read("s", start=1.5)  # type: ignore[arg-type]
+
+
+async def test_connect_removes_temporaries_of_dead_writers_only(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    async with await connect(url=str(root), namespace="t"):
+        pass
+    dead = root / "t" / "queues" / ".tmp-dead"
+    alive = root / "t" / "queues" / ".tmp-alive"
+    dead.write_bytes(b"half a compaction")
+    alive.write_bytes(b"being written")
+    with alive.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as its writer holds it while writing
+        async with await connect(url=str(root), namespace="t"):
+            assert not dead.exists()
+            assert alive.exists()
