@@ -9,10 +9,8 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from pymongo import MongoClient
 
 from world_mongo import MongoWorld, connect
 
@@ -31,13 +29,6 @@ def mongo_url() -> str:
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
     return url
-
-
-@pytest.fixture(scope="session")
-def is_mongoeco(mongo_url: str) -> bool:
-    """True when the server is mongoeco's wire server rather than a real mongod."""
-    with MongoClient[dict[str, Any]](mongo_url, serverSelectionTimeoutMS=10_000) as client:
-        return client.admin.command("buildInfo").get("gitVersion") == "mongoeco"
 
 
 @pytest.fixture

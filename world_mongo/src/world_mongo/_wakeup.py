@@ -14,6 +14,7 @@ import contextlib
 import logging
 import random
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,7 +121,8 @@ class Notifier:
             sub._fire()
 
 
-_registry: dict[tuple[Any, ...], Notifier] = {}
+# Weak: a notifier lives as long as some World of its location holds it.
+_registry: weakref.WeakValueDictionary[tuple[Any, ...], Notifier] = weakref.WeakValueDictionary()
 _registry_lock = threading.Lock()
 
 
@@ -129,7 +131,8 @@ def notifier_for(key: tuple[Any, ...]) -> Notifier:
     with _registry_lock:
         found = _registry.get(key)
         if found is None:
-            found = _registry[key] = Notifier()
+            found = Notifier()
+            _registry[key] = found
         return found
 
 
