@@ -40,7 +40,7 @@ def pg_url() -> str:
 
 
 @pytest.fixture
-async def world(pg_url: str) -> AsyncIterator[PostgresWorld]:
+async def pg_world(pg_url: str) -> AsyncIterator[PostgresWorld]:
     """A World in a namespace of its own, purged and closed afterwards."""
     opened = await connect(url=pg_url, namespace=fresh_namespace())
     try:

@@ -66,12 +66,12 @@ async def test_missing_url_names_both_variables(monkeypatch: pytest.MonkeyPatch)
 async def test_database_url_is_the_fallback(monkeypatch: pytest.MonkeyPatch, pg_url: str) -> None:
     monkeypatch.delenv("WORKFLOW_POSTGRES_URL", raising=False)
     monkeypatch.setenv("DATABASE_URL", pg_url)
-    world = await connect(namespace=fresh_namespace())
+    pg_world = await connect(namespace=fresh_namespace())
     try:
-        assert await world.log.append("l", [NewEvent(data=b"a")]) == 1
+        assert await pg_world.log.append("l", [NewEvent(data=b"a")]) == 1
     finally:
-        await world.purge()
-        await world.aclose()
+        await pg_world.purge()
+        await pg_world.aclose()
 
 
 @pytest.mark.parametrize("url", ["mysql://u@h/db", "127.0.0.1:5432", "redis://x"])
@@ -94,14 +94,14 @@ async def test_password_never_shown(monkeypatch: pytest.MonkeyPatch, pg_url: str
     # The local server trusts every password, so the URL with one connects.
     with_password = pg_url.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@")
     assert secret in with_password
-    world = await connect(url=with_password, namespace=fresh_namespace())
+    pg_world = await connect(url=with_password, namespace=fresh_namespace())
     try:
-        assert secret not in repr(world)
-        assert all(secret not in value for value in world.settings().values())
-        assert world.settings()["schema"] == f"world_{world.namespace}"
+        assert secret not in repr(pg_world)
+        assert all(secret not in value for value in pg_world.settings().values())
+        assert pg_world.settings()["schema"] == f"world_{pg_world.namespace}"
     finally:
-        await world.purge()
-        await world.aclose()
+        await pg_world.purge()
+        await pg_world.aclose()
     monkeypatch.setenv("WORKFLOW_POSTGRES_RETRY_SECONDS", "0.3")
     monkeypatch.setenv("WORKFLOW_POSTGRES_CONNECT_TIMEOUT", "1")
     closed_port = f"postgresql://postgres:{secret}@127.0.0.1:1/postgres"
@@ -112,17 +112,17 @@ async def test_password_never_shown(monkeypatch: pytest.MonkeyPatch, pg_url: str
 
 async def test_sqlalchemy_style_url_is_accepted(pg_url: str) -> None:
     url = pg_url.replace("postgresql://", "postgresql+asyncpg://", 1)
-    world = await connect(url=url, namespace=fresh_namespace())
+    pg_world = await connect(url=url, namespace=fresh_namespace())
     try:
-        assert world.capabilities.outbox
-        assert world.capabilities.native_wakeups
+        assert pg_world.capabilities.outbox
+        assert pg_world.capabilities.native_wakeups
     finally:
-        await world.purge()
-        await world.aclose()
+        await pg_world.purge()
+        await pg_world.aclose()
 
 
-async def test_closed_world_refuses_calls(world: PostgresWorld, pg_url: str) -> None:
-    other = await connect(url=pg_url, namespace=world.namespace)
+async def test_closed_world_refuses_calls(pg_world: PostgresWorld, pg_url: str) -> None:
+    other = await connect(url=pg_url, namespace=pg_world.namespace)
     await other.aclose()
     await other.aclose()  # idempotent
     with pytest.raises(Exception, match="closed") as caught:
@@ -165,12 +165,12 @@ async def test_concurrent_migrations_from_processes(pg_url: str, tmp_path: Path)
         await conn.close()
 
 
-async def test_two_namespaces_do_not_see_each_other(world: PostgresWorld, pg_url: str) -> None:
+async def test_two_namespaces_do_not_see_each_other(pg_world: PostgresWorld, pg_url: str) -> None:
     other = await connect(url=pg_url, namespace=fresh_namespace())
     try:
-        await world.log.append("same", [NewEvent(data=b"a", key="k")], status="s")
-        await world.queue.enqueue("q", b"m", dedup_key="d")
-        await world.stream.write("st", [b"c"])
+        await pg_world.log.append("same", [NewEvent(data=b"a", key="k")], status="s")
+        await pg_world.queue.enqueue("q", b"m", dedup_key="d")
+        await pg_world.stream.write("st", [b"c"])
         assert await other.log.info("same") is None
         assert await other.log.get("same", "k") is None
         assert (await other.log.list_logs()).items == []
@@ -179,40 +179,40 @@ async def test_two_namespaces_do_not_see_each_other(world: PostgresWorld, pg_url
         # The same key and dedup key are free in the other namespace.
         await other.log.append("same", [NewEvent(data=b"b", key="k")])
         other_id = await other.queue.enqueue("q", b"n", dedup_key="d")
-        assert other_id != await world.queue.enqueue("q", b"x", dedup_key="d")
+        assert other_id != await pg_world.queue.enqueue("q", b"x", dedup_key="d")
         await other.purge()
-        assert [e.data for e in await world.log.read("same")] == [b"a"]
-        assert len(await world.queue.claim("q", "w", lease=5, limit=10)) == 1
-        assert (await world.stream.info("st")).next_index == 1
+        assert [e.data for e in await pg_world.log.read("same")] == [b"a"]
+        assert len(await pg_world.queue.claim("q", "w", lease=5, limit=10)) == 1
+        assert (await pg_world.stream.info("st")).next_index == 1
     finally:
         await other.purge()
         await other.aclose()
 
 
 async def test_purge_is_seen_by_another_world_of_the_namespace(
-    world: PostgresWorld, pg_url: str
+    pg_world: PostgresWorld, pg_url: str
 ) -> None:
-    other = await connect(url=pg_url, namespace=world.namespace)
+    other = await connect(url=pg_url, namespace=pg_world.namespace)
     try:
         await other.log.append("l", [NewEvent(data=b"old")])
-        await world.purge()
+        await pg_world.purge()
         # The other World's next call recreates the schema and starts afresh.
         assert await other.log.tail("l") == 0
         assert await other.log.append("l", [NewEvent(data=b"new")]) == 1
-        assert [e.data for e in await world.log.read("l")] == [b"new"]
+        assert [e.data for e in await pg_world.log.read("l")] == [b"new"]
     finally:
         await other.aclose()
 
 
-async def test_identifiers_stay_data(world: PostgresWorld) -> None:
+async def test_identifiers_stay_data(pg_world: PostgresWorld) -> None:
     nasty = "x'; DROP SCHEMA public CASCADE; --\"$1 {}*:../\u00e9\U0001f600"
-    await world.log.append(nasty, [NewEvent(data=b"a", key=nasty)], status=nasty[:60])
-    await world.queue.enqueue(nasty, b"m", dedup_key=nasty)
-    await world.stream.write(nasty, [b"c"])
-    assert (await world.log.get(nasty, nasty)) is not None
-    assert [i.log_id for i in (await world.log.list_logs(prefix="x'")).items] == [nasty]
-    assert len(await world.queue.claim(nasty, nasty, lease=5)) == 1
-    assert (await world.stream.info(nasty)).next_index == 1
+    await pg_world.log.append(nasty, [NewEvent(data=b"a", key=nasty)], status=nasty[:60])
+    await pg_world.queue.enqueue(nasty, b"m", dedup_key=nasty)
+    await pg_world.stream.write(nasty, [b"c"])
+    assert (await pg_world.log.get(nasty, nasty)) is not None
+    assert [i.log_id for i in (await pg_world.log.list_logs(prefix="x'")).items] == [nasty]
+    assert len(await pg_world.queue.claim(nasty, nasty, lease=5)) == 1
+    assert (await pg_world.stream.info(nasty)).next_index == 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,10 +221,10 @@ async def test_identifiers_stay_data(world: PostgresWorld) -> None:
 
 
 async def test_concurrent_appenders_across_pools_stay_dense(
-    world: PostgresWorld, pg_url: str
+    pg_world: PostgresWorld, pg_url: str
 ) -> None:
-    others = [await connect(url=pg_url, namespace=world.namespace) for _ in range(2)]
-    worlds = [world, *others]
+    others = [await connect(url=pg_url, namespace=pg_world.namespace) for _ in range(2)]
+    worlds = [pg_world, *others]
     acknowledged: dict[int, bytes] = {}
 
     async def appender(w: PostgresWorld, name: str) -> None:
@@ -240,7 +240,7 @@ async def test_concurrent_appenders_across_pools_stay_dense(
             for index, w in enumerate(worlds):
                 for task in range(3):
                     tg.start_soon(appender, w, f"{index}.{task}")
-        events = await world.log.read("race")
+        events = await pg_world.log.read("race")
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert {e.seq: e.data for e in events} == acknowledged
         # Each batch is contiguous: event i of a batch directly follows event i-1.
@@ -253,8 +253,8 @@ async def test_concurrent_appenders_across_pools_stay_dense(
             await other.aclose()
 
 
-async def test_delete_racing_appends_leaves_no_hole(world: PostgresWorld, pg_url: str) -> None:
-    other = await connect(url=pg_url, namespace=world.namespace)
+async def test_delete_racing_appends_leaves_no_hole(pg_world: PostgresWorld, pg_url: str) -> None:
+    other = await connect(url=pg_url, namespace=pg_world.namespace)
     try:
 
         async def appender() -> None:
@@ -263,23 +263,23 @@ async def test_delete_racing_appends_leaves_no_hole(world: PostgresWorld, pg_url
 
         async def deleter() -> None:
             for _ in range(10):
-                await world.log.delete("d")
+                await pg_world.log.delete("d")
                 await anyio.lowlevel.checkpoint()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(appender)
             tg.start_soon(appender)
             tg.start_soon(deleter)
-        events = await world.log.read("d")
+        events = await pg_world.log.read("d")
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        info = await world.log.info("d")
+        info = await pg_world.log.info("d")
         assert (info.tail if info else 0) == len(events)
     finally:
         await other.aclose()
 
 
-async def test_racing_keys_give_duplicate_key_error(world: PostgresWorld, pg_url: str) -> None:
-    others = [await connect(url=pg_url, namespace=world.namespace) for _ in range(3)]
+async def test_racing_keys_give_duplicate_key_error(pg_world: PostgresWorld, pg_url: str) -> None:
+    others = [await connect(url=pg_url, namespace=pg_world.namespace) for _ in range(3)]
     outcomes: list[str] = []
     existing: list[str | None] = []
 
@@ -293,11 +293,11 @@ async def test_racing_keys_give_duplicate_key_error(world: PostgresWorld, pg_url
 
     try:
         async with anyio.create_task_group() as tg:
-            for me, w in enumerate([world, *others]):
+            for me, w in enumerate([pg_world, *others]):
                 tg.start_soon(writer, w, me)
         assert sorted(outcomes) == ["dup", "dup", "dup", "ok"]
         assert existing == ["the-key"] * 3
-        assert await world.log.tail("k") == 1
+        assert await pg_world.log.tail("k") == 1
     finally:
         for other in others:
             await other.aclose()
@@ -308,42 +308,42 @@ async def test_racing_keys_give_duplicate_key_error(world: PostgresWorld, pg_url
 # --------------------------------------------------------------------------------------------
 
 
-async def test_outbox_is_atomic_with_the_append(world: PostgresWorld) -> None:
-    await world.log.append("o", [NewEvent(data=b"a", key="k")])
+async def test_outbox_is_atomic_with_the_append(pg_world: PostgresWorld) -> None:
+    await pg_world.log.append("o", [NewEvent(data=b"a", key="k")])
     message = OutboxMessage(queue="q", payload=b"must not exist")
     with pytest.raises(DuplicateKeyError):
-        await world.log.append("o", [NewEvent(data=b"b", key="k")], messages=[message])
-    assert await world.queue.claim("q", "w", lease=5) == []
-    tail = await world.log.append(
+        await pg_world.log.append("o", [NewEvent(data=b"b", key="k")], messages=[message])
+    assert await pg_world.queue.claim("q", "w", lease=5) == []
+    tail = await pg_world.log.append(
         "o",
         [NewEvent(data=b"c")],
         messages=[message, OutboxMessage(queue="q", payload=b"later", delay=3600)],
     )
     assert tail == 2
-    leases = await world.queue.claim("q", "w", lease=5, limit=10)
+    leases = await pg_world.queue.claim("q", "w", lease=5, limit=10)
     assert [lease.payload for lease in leases] == [b"must not exist"]
 
 
-async def test_forged_token_is_a_lost_lease(world: PostgresWorld) -> None:
-    await world.queue.enqueue("q", b"m")
-    (lease,) = await world.queue.claim("q", "w", lease=30)
+async def test_forged_token_is_a_lost_lease(pg_world: PostgresWorld) -> None:
+    await pg_world.queue.enqueue("q", b"m")
+    (lease,) = await pg_world.queue.claim("q", "w", lease=30)
     forged = lease.model_copy(update={"token": "not-a-uuid"})
     with pytest.raises(LeaseLostError):
-        await world.queue.ack(forged)
+        await pg_world.queue.ack(forged)
     with pytest.raises(LeaseLostError):
-        await world.queue.renew(forged, 5)
-    await world.queue.ack(lease)
+        await pg_world.queue.renew(forged, 5)
+    await pg_world.queue.ack(lease)
 
 
 async def test_claim_is_woken_by_notify_from_another_process(
-    world: PostgresWorld, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_world: PostgresWorld, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Without its safety poll, only a NOTIFY can end this claim before its hour-long wait.
     monkeypatch.setattr(world_postgres._wait, "_POLL_LISTENING", 3600.0)
     result: list[bytes] = []
 
     async def claimer() -> None:
-        leases = await world.queue.claim("wake", "w", lease=30, wait=3600)
+        leases = await pg_world.queue.claim("wake", "w", lease=30, wait=3600)
         result.extend(lease.payload for lease in leases)
 
     with anyio.fail_after(WAIT):
@@ -351,11 +351,11 @@ async def test_claim_is_woken_by_notify_from_another_process(
             tg.start_soon(claimer)
             # Once the claimer found nothing and sleeps, only the enqueue elsewhere wakes it.
             await until(
-                lambda: world._listener.listening and world._listener.sleeping > 0,
+                lambda: pg_world._listener.listening and pg_world._listener.sleeping > 0,
                 "the claimer asleep on a listening connection",
             )
             done = await anyio.run_process(
-                [sys.executable, CHILD, pg_url, world.namespace, "enqueue", "wake", "hello"]
+                [sys.executable, CHILD, pg_url, pg_world.namespace, "enqueue", "wake", "hello"]
             )
             assert done.returncode == 0
     assert result == [b"hello"]
