@@ -18,7 +18,7 @@ import anyio.to_thread
 from world_core.errors import BackendUnavailableError, ClosedError, WorldError
 from world_local._files import DamagedStoreError, FoldedFile, read_frame
 
-__all__ = ["POLL_MAX", "POLL_MIN", "Space", "file_name"]
+__all__ = ["CACHED_FILES", "POLL_MAX", "POLL_MIN", "Space", "file_name", "pause", "translate"]
 
 R = TypeVar("R")
 F = TypeVar("F", bound=FoldedFile)
@@ -39,7 +39,8 @@ def file_name(ident: str) -> str:
 
 
 class Space:
-    """One namespace folder: ``logs/``, ``queues/`` and ``streams/`` with one file each."""
+    """One namespace folder: ``logs/``, ``queues/``, ``streams/`` (one file per object) and
+    ``outbox/``; the folded files this process keeps, its worker threads and its wake-ups."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
