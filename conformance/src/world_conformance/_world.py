@@ -11,6 +11,7 @@ from world_conformance._payload import PayloadContract
 from world_conformance._process import ProcessContract
 from world_conformance._queue import QueueContract
 from world_conformance._stream import StreamContract
+from world_conformance.journal import JournalContract
 
 __all__ = ["WorldContract"]
 
@@ -26,6 +27,7 @@ class WorldContract(
     ProcessContract,
     ModelContract,
     # Contracts of the layers above the SPI join here, one line each (JournalContract ...).
+    JournalContract,
 ):
     """Every contract of the World SPI; a backend's test class derives from it and sets
     ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override)."""

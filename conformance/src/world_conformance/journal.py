@@ -65,7 +65,7 @@ async def _outcomes(world: World, session: str) -> list[dict[str, object]]:
 
 
 async def _crashed_worker(
-    target: WorldTarget, queue: str, effects_file: Path, crash_at: str, replay: str = "never"
+    target: WorldTarget, queue: str, journal_effects: Path, crash_at: str, replay: str = "never"
 ) -> None:
     """Run one worker process with CRASH_AT; assert it died there (status 1)."""
     command = [sys.executable, "-m", "world_core._cli", "worker", "--agent", AGENT, "--once"]
@@ -76,7 +76,7 @@ async def _crashed_worker(
     env = {
         **os.environ,
         "CRASH_AT": crash_at,
-        "WORLD_JOURNAL_EFFECTS": str(effects_file),
+        "WORLD_JOURNAL_EFFECTS": str(journal_effects),
         "WORLD_JOURNAL_ACT_REPLAY": replay,
     }
     with anyio.fail_after(WAIT * 3):
@@ -95,7 +95,7 @@ async def _replacement(world: World, queue: str, agent: Agent) -> TurnResult:
     return result
 
 
-async def _interrupt(world: World, effects_file: Path, session: str, *, happened: bool) -> None:
+async def _interrupt(world: World, journal_effects: Path, session: str, *, happened: bool) -> None:
     """Run the turn until ``act`` is inside its call (after its side effect when ``happened``),
     then cancel it there: the intent is durable, no outcome is."""
     inside = anyio.Event()
@@ -105,7 +105,7 @@ async def _interrupt(world: World, effects_file: Path, session: str, *, happened
         await anyio.sleep_forever()
 
     agent = make_agent(
-        effects_file,
+        journal_effects,
         before_act=None if happened else hang,
         after_act=hang if happened else None,
     )
@@ -123,20 +123,20 @@ class JournalContract(ContractBase):
     contract_area: ClassVar[str] = "journal"
 
     @pytest.fixture
-    def effects_file(self, tmp_path: Path) -> Path:
+    def journal_effects(self, tmp_path: Path) -> Path:
         return tmp_path / "effects.log"
 
     # -- the crash matrix ------------------------------------------------------------------------
 
     @pytest.mark.world_process
     async def test_journal_crash_matrix(
-        self, world: World, world_target: WorldTarget, effects_file: Path
+        self, world: World, world_target: WorldTarget, journal_effects: Path
     ) -> None:
         """Killed before and after every step, then continued by a fresh worker: zero model
         calls repeated for finished steps, exactly one side effect, the clean run's reply."""
         clean = Client(world, queue="clean")
         await clean.submit("clean", MESSAGE, turn_id=TURN)
-        result = await _replacement(world, "clean", make_agent(effects_file))
+        result = await _replacement(world, "clean", make_agent(journal_effects))
         assert result.reply == REPLY
         steps = [(o["kind"], o["name"]) for o in await _outcomes(world, "clean")]
         assert steps == [
@@ -153,13 +153,13 @@ class JournalContract(ContractBase):
             session, queue = f"crash-{index}", f"crash-{index}"
             await Client(world, queue=queue).submit(session, MESSAGE, turn_id=TURN)
             async with limiter:
-                await _crashed_worker(world_target, queue, effects_file, crash_at)
+                await _crashed_worker(world_target, queue, journal_effects, crash_at)
             outcomes = await _outcomes(world, session)
             finished = {o["digest"] for o in outcomes if o["kind"] == "model"}
             model = ScriptedModel(careful)
-            done = await _replacement(world, queue, make_agent(effects_file, model=model))
+            done = await _replacement(world, queue, make_agent(journal_effects, model=model))
             repeated = sum(digest_of(r.model_dump(mode="json")) in finished for r in model.calls)
-            rows[crash_at] = (repeated, len(effects(effects_file, session)), done.reply == REPLY)
+            rows[crash_at] = (repeated, len(effects(journal_effects, session)), done.reply == REPLY)
 
         async with anyio.create_task_group() as tg:
             for index, crash_at in enumerate(CRASH_POINTS):
@@ -167,12 +167,12 @@ class JournalContract(ContractBase):
         expected = {crash_at: (0, 1, True) for crash_at in CRASH_POINTS}
         assert rows == expected, "crash point: (repeated model calls, side effects, same reply)"
 
-    async def test_journal_replay_with_model_off(self, world: World, effects_file: Path) -> None:
+    async def test_journal_replay_with_model_off(self, world: World, journal_effects: Path) -> None:
         """A finished turn replays to the same reply with zero model calls and no writes."""
         client = Client(world, queue="q")
         await client.submit("s", MESSAGE, turn_id=TURN)
         first = await Journal.open(world, "s", TURN)
-        reply = await make_agent(effects_file).run_turn(first)
+        reply = await make_agent(journal_effects).run_turn(first)
         tail = await world.log.tail(session_log_id("s"))
 
         def off(request: ModelRequest) -> ModelReply:
@@ -180,17 +180,17 @@ class JournalContract(ContractBase):
 
         model = ScriptedModel(off)
         again = await Journal.open(world, "s", TURN)
-        assert await make_agent(effects_file, model=model).run_turn(again) == reply == REPLY
+        assert await make_agent(journal_effects, model=model).run_turn(again) == reply == REPLY
         assert model.calls == []
         assert again.model_calls == 0
         assert again.tool_runs == 0
         assert again.replayed == 5
         assert await world.log.tail(session_log_id("s")) == tail
-        assert len(effects(effects_file, "s")) == 1
+        assert len(effects(journal_effects, "s")) == 1
 
     # -- two workers -----------------------------------------------------------------------------
 
-    async def test_journal_two_workers_one_turn(self, world: World, effects_file: Path) -> None:
+    async def test_journal_two_workers_one_turn(self, world: World, journal_effects: Path) -> None:
         """Lease 5 s, a never tool busy for 10 s, the first worker not renewing: the second
         worker takes the turn when the lease runs out and does not run the tool (its intent
         is taken); the first worker's late outcome is refused by the key; one outcome."""
@@ -202,7 +202,7 @@ class JournalContract(ContractBase):
 
         first = Worker(
             world,
-            make_agent(effects_file, after_act=slow),
+            make_agent(journal_effects, after_act=slow),
             queue="q",
             lease=5,
             heartbeat=False,
@@ -210,7 +210,7 @@ class JournalContract(ContractBase):
             crash=None,
         )
         second = Worker(
-            world, make_agent(effects_file), queue="q", lease=5, name="second", crash=None
+            world, make_agent(journal_effects), queue="q", lease=5, name="second", crash=None
         )
         results: dict[str, TurnResult | None] = {}
 
@@ -238,14 +238,16 @@ class JournalContract(ContractBase):
         act_outcomes = [o for o in await _outcomes(world, "s") if o["step"] == 3]
         assert len(act_outcomes) == 1
         assert act_outcomes[0]["result"] == {"output": POSSIBLY_RAN, "interrupted": True}
-        assert len(effects(effects_file, "s")) == 1
+        assert len(effects(journal_effects, "s")) == 1
         assert await client.reply("s", TURN) == REPLY
 
-    async def test_journal_two_workers_one_step_key(self, world: World, effects_file: Path) -> None:
+    async def test_journal_two_workers_one_step_key(
+        self, world: World, journal_effects: Path
+    ) -> None:
         """Two workers that both found a never step empty: the second one's intent is refused
         by the key, it stops without running the tool, and its Journal refuses further steps."""
         await Client(world, queue="q").submit("s", MESSAGE, turn_id=TURN)
-        act = make_agent(effects_file).tools.get("act")
+        act = make_agent(journal_effects).tools.get("act")
         assert act is not None
         one = await Journal.open(world, "s", TURN)
         two = await Journal.open(world, "s", TURN)
@@ -253,7 +255,7 @@ class JournalContract(ContractBase):
         with pytest.raises(DuplicateKeyError) as caught:
             await two.call(act, {"text": "x"})
         assert caught.value.key == f"turn/{TURN}/step/0/intent"
-        assert len(effects(effects_file, "s")) == 1
+        assert len(effects(journal_effects, "s")) == 1
         assert two.tool_runs == 0
         with pytest.raises(WorldError, match="open a new one"):
             two.now()
@@ -261,7 +263,7 @@ class JournalContract(ContractBase):
     # -- the "may or may not have happened" note --------------------------------------------------
 
     async def test_journal_interrupted_never_tool_checks_state(
-        self, world: World, effects_file: Path
+        self, world: World, journal_effects: Path
     ) -> None:
         """An interrupted never tool is not run again; the model is told it may have happened.
         20 interrupted turns (half after the side effect, half before): a model that checks
@@ -272,16 +274,16 @@ class JournalContract(ContractBase):
             for i in range(20):
                 session = f"{policy_name}-{i}"
                 await Client(world, queue="q").submit(session, MESSAGE, turn_id=TURN)
-                await _interrupt(world, effects_file, session, happened=i % 2 == 0)
+                await _interrupt(world, journal_effects, session, happened=i % 2 == 0)
                 policy = careful if policy_name == "careful" else careless
                 journal = await Journal.open(world, session, TURN)
-                reply = await make_agent(effects_file, model=ScriptedModel(policy)).run_turn(
+                reply = await make_agent(journal_effects, model=ScriptedModel(policy)).run_turn(
                     journal
                 )
                 tools = [o["name"] for o in await _outcomes(world, session) if o["kind"] == "tool"]
                 assert tools[:2] == ["lookup", "act"]
                 checked_first = tools[2:3] == ["lookup"]
-                once = len(effects(effects_file, session)) == 1
+                once = len(effects(journal_effects, session)) == 1
                 passed += checked_first and once and reply == REPLY
             return passed / 20
 
@@ -292,30 +294,30 @@ class JournalContract(ContractBase):
 
     @pytest.mark.world_process
     async def test_journal_wrong_label_duplicates(
-        self, world: World, world_target: WorldTarget, effects_file: Path
+        self, world: World, world_target: WorldTarget, journal_effects: Path
     ) -> None:
         """``act`` wrongly labelled safe, crashed after it ran: the replacement runs it again
         and the side effect happens twice (same idempotency key: only an API honouring it
         could drop the second). This is why the label is required."""
         await Client(world, queue="q").submit("s", MESSAGE, turn_id=TURN)
-        await _crashed_worker(world_target, "q", effects_file, "3:after_run", replay="safe")
-        done = await _replacement(world, "q", make_agent(effects_file, act_replay="safe"))
+        await _crashed_worker(world_target, "q", journal_effects, "3:after_run", replay="safe")
+        done = await _replacement(world, "q", make_agent(journal_effects, act_replay="safe"))
         assert done.reply == REPLY
-        keys = effects(effects_file, "s")
+        keys = effects(journal_effects, "s")
         assert len(keys) == 2
         assert keys[0] == keys[1] == f"s/{TURN}/step-3"
 
     @pytest.mark.world_process
     async def test_journal_code_change_raises_nondeterminism(
-        self, world: World, world_target: WorldTarget, effects_file: Path
+        self, world: World, world_target: WorldTarget, journal_effects: Path
     ) -> None:
         """Crashed before act ran, replayed by changed code (another system prompt): the first
         step already differs, NonDeterminismError shows both sides, nothing is written."""
         await Client(world, queue="q").submit("s", MESSAGE, turn_id=TURN)
-        await _crashed_worker(world_target, "q", effects_file, "3:before_run")
+        await _crashed_worker(world_target, "q", journal_effects, "3:before_run")
         log_id = session_log_id("s")
         tail = await world.log.tail(log_id)
-        changed = make_agent(effects_file)
+        changed = make_agent(journal_effects)
         changed.system = "Act once. Check before repeating. (edited after the crash)"
         journal = await Journal.open(world, "s", TURN)
         with pytest.raises(NonDeterminismError) as caught:
@@ -326,4 +328,4 @@ class JournalContract(ContractBase):
         assert isinstance(error.attempted, dict)
         assert error.recorded["digest"] != error.attempted["digest"]
         assert await world.log.tail(log_id) == tail
-        assert effects(effects_file, "s") == []
+        assert effects(journal_effects, "s") == []
