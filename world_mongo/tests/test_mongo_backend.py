@@ -3,6 +3,8 @@ the head/segment design under concurrency, polling bounds."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 import subprocess
 import sys
@@ -18,7 +20,7 @@ from world_core import ConfigurationError, NewEvent
 from world_core.errors import ClosedError, DuplicateKeyError, PayloadTooLargeError, UnsupportedError
 from world_core.spi import OutboxMessage
 from world_mongo import MongoWorld, connect
-from world_mongo._wakeup import Backoff
+from world_mongo._wakeup import Backoff, Notifier, follow_change_stream
 
 pytestmark = pytest.mark.anyio
 
@@ -414,3 +416,40 @@ async def test_a_write_in_this_process_wakes_waiters_of_another_world(
             assert await sub.wait(0.05) is False
     finally:
         await other.aclose()
+
+
+async def test_change_stream_relay_wakes_waiters_or_falls_back_to_polling(
+    mongo_world: MongoWorld, mongo_url: str
+) -> None:
+    with MongoClient[dict[str, Any]](mongo_url, serverSelectionTimeoutMS=10_000) as client:
+        hello = client.admin.command("hello")
+    replica = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
+    heads = mongo_world._collections["log_heads"]
+    notifier = Notifier()  # not the shared one: only the relay can wake this waiter
+    states: list[bool] = []
+    opened = asyncio.Event()
+
+    def live(state: bool) -> None:
+        states.append(state)
+        if state:
+            opened.set()
+
+    relay = asyncio.create_task(
+        follow_change_stream(mongo_world._db, {heads.name: "log"}, notifier, live)
+    )
+    try:
+        with notifier.subscribe("log", "cs-probe") as sub:
+            if replica:
+                with anyio.fail_after(20):
+                    await opened.wait()
+                # A write no World made: only the change stream can report it.
+                await heads.insert_one({"_id": "cs-probe", "n": 0})
+            # Standalone: the relay fails to open, says so, and wakes every waiter once so
+            # that nothing is missed while it retries.
+            assert await sub.wait(20) is True
+        assert states[-1] is replica
+        assert not relay.done()
+    finally:
+        relay.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await relay
