@@ -139,13 +139,38 @@ async def test_a_failed_turn_is_released_for_a_retry(world: World) -> None:
     assert await client.reply("s", turn) == "echo"
 
 
-async def test_a_message_that_is_no_turn_is_dropped(world: World) -> None:
-    await world.queue.enqueue("turns", b"not json")
+@pytest.mark.parametrize(
+    "payload",
+    [b"not json", b"{}", b'{"session_id": "s", "turn_id": "a/b"}', b'{"session_id": ""}'],
+)
+async def test_a_message_that_is_no_turn_is_dropped(world: World, payload: bytes) -> None:
+    await world.queue.enqueue("turns", payload)
     result = await Worker(world, echo_agent(), crash=None).run_once(wait=WAIT)
     assert result is not None
     assert result.status == "invalid"
     assert await world.queue.claim("turns", "w", lease=1) == []
     assert await world.queue.dead_letters("turns") == []
+    assert (await world.log.list_logs()).items == []
+
+
+def test_worker_command_refuses_a_bad_agent(tmp_path: Path) -> None:
+    for spec, message in [
+        ("no_colon", "use module:attribute"),
+        ("no_such_module_xyz:build", "cannot be loaded"),
+        ("world_core:__version__", "cannot be loaded"),
+        ("world_core:ENTRY_POINT_GROUP", "neither an Agent nor a factory"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "world_core._cli", "worker", "--agent", spec, "--once"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
+        assert list(tmp_path.iterdir()) == []  # refused before opening any World
 
 
 async def test_lost_lease_cancels_the_turn(world: World, folder: str) -> None:

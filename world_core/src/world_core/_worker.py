@@ -27,8 +27,9 @@ import anyio.abc
 from world_core._agent import Agent
 from world_core._client import DEFAULT_QUEUE
 from world_core._crash import CrashPoint, crash_point_from_env
-from world_core._journal import Journal
+from world_core._journal import Journal, check_turn_id, session_log_id
 from world_core.errors import (
+    BackendUnavailableError,
     DuplicateKeyError,
     InvalidArgumentError,
     LeaseLostError,
@@ -132,9 +133,14 @@ class Worker:
             if on_ready is not None:
                 on_ready()
             while not stop.is_set():
-                leases = await self.world.queue.claim(
-                    self.queue, self.name, lease=self.lease, wait=1.0
-                )
+                try:
+                    leases = await self.world.queue.claim(
+                        self.queue, self.name, lease=self.lease, wait=1.0
+                    )
+                except BackendUnavailableError as exc:
+                    log.warning("claiming from %r failed: %s; retrying in 1 s", self.queue, exc)
+                    await anyio.sleep(1.0)
+                    continue
                 for lease in leases:
                     result = await self.process(lease, stop=stop)
                     log.info("turn %s/%s: %s", result.session_id, result.turn_id, result.status)
@@ -145,7 +151,9 @@ class Worker:
         try:
             body = json.loads(lease.payload)
             session_id, turn_id = str(body["session_id"]), str(body["turn_id"])
-        except (ValueError, KeyError, TypeError):
+            session_log_id(session_id)
+            check_turn_id(turn_id)
+        except (ValueError, KeyError, TypeError):  # InvalidArgumentError is a ValueError
             log.error("dropping message %s: not a turn: %r", lease.message_id, lease.payload[:100])
             await self._settle(lease, ack=True)
             return TurnResult("?", "?", "invalid", error="not a turn message")
@@ -218,7 +226,10 @@ class Worker:
         return TurnResult(session_id, turn_id, status, reply=reply, **counts)
 
     async def _settle(self, lease: Lease, *, ack: bool, delay: float = 0.0) -> bool:
-        """Ack or release, shielded from cancellation; False if the lease was lost."""
+        """Ack or release, shielded from cancellation; False if the lease was lost.
+
+        A transient failure is logged, not raised: the lease then runs out and the turn is
+        delivered again, and its replay reads everything back from the journal."""
         with anyio.CancelScope(shield=True):
             try:
                 if ack:
@@ -227,6 +238,8 @@ class Worker:
                     await self.world.queue.release(lease, delay=delay)
             except LeaseLostError:
                 return False
+            except BackendUnavailableError as exc:
+                log.warning("settling message %s failed: %s", lease.message_id, exc)
         return True
 
 
