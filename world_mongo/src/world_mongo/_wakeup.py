@@ -35,7 +35,7 @@ class Backoff:
     """Poll intervals that start short, double, and stop growing at ``maximum``.
 
     ``reset()`` after progress, so a busy waiter stays responsive and an idle one costs at most
-    one query per ``maximum`` seconds. Jitter (up to 10 %) keeps many idle waiters apart.
+    one query per ``maximum`` seconds. Jitter (up to 10 % shorter) keeps idle waiters apart.
     """
 
     minimum: float = 0.01
@@ -51,7 +51,7 @@ class Backoff:
         """The next interval to sleep, within [minimum, maximum]."""
         value = self._current
         self._current = min(self.maximum, self._current * 2)
-        return min(self.maximum, value * (1 + random.random() * 0.1))
+        return max(self.minimum, value * (1 - random.random() * 0.1))
 
     def reset(self) -> None:
         self._current = self.minimum
