@@ -12,6 +12,12 @@ acknowledged operation, flushed at once):
     claim QUEUE --worker W [--limit L]
         Claims with a long lease until the queue is empty, acking each message.
         Prints ``{"id": message_id, "payload": hex}`` after each ack returned.
+    work QUEUE --worker W --lease SECONDS
+        Claims one message at a time forever (until killed): prints ``{"claimed": id}`` once
+        the claim returned, ``{"acked": id}`` once the ack returned.
+    write STREAM --batches N --size S --tag T [--pad P]
+        N writes of S chunks each, chunk j of write i holding ``T:i:j`` then P NUL bytes.
+        Prints ``{"batch": i, "next": n}`` after each write returned.
 """
 
 from __future__ import annotations
@@ -55,14 +61,28 @@ async def _claim(world: World, args: argparse.Namespace) -> None:
             _say(id=lease.message_id, payload=lease.payload.hex())
 
 
+async def _work(world: World, args: argparse.Namespace) -> None:
+    while True:
+        for lease in await world.queue.claim(args.queue, args.worker, lease=args.lease, wait=0.5):
+            _say(claimed=lease.message_id)
+            await world.queue.ack(lease)
+            _say(acked=lease.message_id)
+
+
+async def _write(world: World, args: argparse.Namespace) -> None:
+    for batch in range(args.batches):
+        chunks = [event_data(args.tag, batch, i, args.pad) for i in range(args.size)]
+        _say(batch=batch, next=await world.stream.write(args.stream, chunks))
+
+
+_COMMANDS = {"append": _append, "claim": _claim, "work": _work, "write": _write}
+
+
 async def _run(args: argparse.Namespace) -> None:
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
         _say(ready=True)
         await anyio.to_thread.run_sync(sys.stdin.readline)
-        if args.command == "append":
-            await _append(world, args)
-        else:
-            await _claim(world, args)
+        await _COMMANDS[args.command](world, args)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,6 +101,16 @@ def main(argv: list[str] | None = None) -> None:
     claim.add_argument("queue")
     claim.add_argument("--worker", required=True)
     claim.add_argument("--limit", type=int, default=1)
+    work = commands.add_parser("work")
+    work.add_argument("queue")
+    work.add_argument("--worker", required=True)
+    work.add_argument("--lease", type=float, required=True)
+    write = commands.add_parser("write")
+    write.add_argument("stream")
+    write.add_argument("--batches", type=int, required=True)
+    write.add_argument("--size", type=int, required=True)
+    write.add_argument("--tag", required=True)
+    write.add_argument("--pad", type=int, default=0)
     anyio.run(_run, parser.parse_args(argv))
 
 

@@ -299,6 +299,38 @@ class LogContract(ContractBase):
         assert seen == await world.log.read("w")
         assert [e.seq for e in seen] == list(range(1, 8))
 
+    async def test_log_watch_during_concurrent_appends(
+        self, world: World, world_target: WorldTarget
+    ) -> None:
+        """Watchers following the log while many tasks append on two connections see exactly
+        what ``read`` returns at the end: no event skipped because a later position committed
+        first, none twice."""
+        tasks, rounds = 8, 5
+        total = tasks * rounds * 2
+        watched: list[list[Event]] = [[], []]
+
+        async def watcher(index: int, target: World) -> None:
+            watched[index] = await take(target.log.watch("busy"), total, bound=60)
+
+        async def appender(target: World, task: int) -> None:
+            for round_ in range(rounds):
+                pair = _events(f"{task}:{round_}:a".encode(), f"{task}:{round_}:b".encode())
+                await target.log.append("busy", pair)
+
+        async with world_target.open() as second:
+            with anyio.fail_after(90):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(watcher, 0, world)
+                    group.start_soon(watcher, 1, second)
+                    await anyio.sleep(0.1)
+                    for task in range(tasks):
+                        group.start_soon(appender, world if task % 2 else second, task)
+        stored = await world.log.read("busy")
+        assert len(stored) == total
+        for seen in watched:
+            assert [e.seq for e in seen] == list(range(1, total + 1))
+            assert seen == stored
+
     async def test_log_watch_after_and_wakeup(self, world: World) -> None:
         await world.log.append("w", _events(b"1", b"2", b"3"))
         watch = world.log.watch("w", after=2)

@@ -20,11 +20,13 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from world_conformance._base import ContractBase
-from world_conformance._support import WAIT
+from world_conformance._support import WAIT, eventually, take
 from world_conformance._target import WorldTarget
-from world_core import Event, NewEvent, World
+from world_core import Chunk, Event, NewEvent, World
 
 __all__ = ["ProcessContract"]
+
+LONG_LEASE = 120.0
 
 
 class _Child:
@@ -96,9 +98,28 @@ async def _reap(process: Process) -> None:
         await process.aclose()
 
 
-def _parse(event: Event) -> tuple[str, int, int]:
+def _parse(event: Event | Chunk) -> tuple[str, int, int]:
     tag, batch, index = event.data.rstrip(b"\x00").decode().split(":")
     return tag, int(batch), int(index)
+
+
+async def _kill_at_random(child: _Child, acks: int) -> list[dict[str, Any]]:
+    """Let the child run until it reported ``acks`` lines, kill it at a random instant soon
+    after, and return every line it printed (those are acknowledged operations)."""
+    await child.go()
+    lines: list[dict[str, Any]] = []
+    with anyio.fail_after(WAIT * 3):
+        while len(lines) < acks:
+            line = await child.line()
+            assert line is not None, f"child died:\n{child.errors()}"
+            lines.append(line)
+    await anyio.sleep(random.uniform(0.0, 0.05))
+    child.process.kill()
+    with anyio.fail_after(WAIT):
+        await child.process.wait()
+        while (line := await child.line()) is not None:
+            lines.append(line)
+    return lines
 
 
 def _check_whole_batches(events: list[Event], size_of: dict[str, int]) -> None:
@@ -178,18 +199,9 @@ class ProcessContract(ContractBase):
                 "--tag", tag, "--pad", str(pad),
             )  # fmt: skip
             async with _spawn([argv]) as (child,):
-                await child.go()
-                with anyio.fail_after(WAIT * 3):
-                    for _ in range(3):
-                        line = await child.line()
-                        assert line is not None, f"child died:\n{child.errors()}"
-                        acknowledged[(tag, line["batch"])] = line["tail"]
-                await anyio.sleep(random.uniform(0.0, 0.05))
-                child.process.kill()
-                with anyio.fail_after(WAIT):
-                    await child.process.wait()
-                    while (line := await child.line()) is not None:
-                        acknowledged[(tag, line["batch"])] = line["tail"]
+                lines = await _kill_at_random(child, 3)
+            for line in lines:
+                acknowledged[(tag, line["batch"])] = line["tail"]
         events = await shared_world.log.read("crash")
         _check_whole_batches(events, sizes)
         last_of = {_parse(e)[:2]: e.seq for e in events if _parse(e)[2] == size - 1}
@@ -220,3 +232,82 @@ class ProcessContract(ContractBase):
                     group.start_soon(collect, child)
         assert sorted(claimed) == sorted(ids), "a message went to two processes, or was lost"
         assert await shared_world.queue.claim("jobs", "w", lease=60.0) == []
+
+    @pytest.mark.world_process
+    async def test_process_killed_worker_loses_no_message(
+        self, shared_world: World, world_target: WorldTarget
+    ) -> None:
+        """A worker claiming and acking is killed at a random instant. Acked messages never
+        come back; every other one is delivered again (the one in flight after its lease
+        expired, with attempt 2; the rest untouched, attempt 1)."""
+        queue = shared_world.queue
+        ids = {await queue.enqueue("work", str(i).encode()) for i in range(40)}
+        argv = world_target.child_command("work", "work", "--worker", "doomed", "--lease", "1.0")
+        async with _spawn([argv]) as (child,):
+            lines = await _kill_at_random(child, 6)
+        claimed = {line["claimed"] for line in lines if "claimed" in line}
+        acked = {line["acked"] for line in lines if "acked" in line}
+        in_doubt = claimed - acked  # killed between the claim and the report of its ack
+        assert acked <= claimed <= ids
+        assert len(in_doubt) <= 1
+        back: dict[str, int] = {}
+
+        async def probe() -> bool | None:
+            for lease in await queue.claim("work", "survivor", lease=LONG_LEASE, limit=50):
+                assert lease.message_id not in back, "delivered twice to live leases"
+                back[lease.message_id] = lease.attempt
+            return True if ids - acked - in_doubt <= back.keys() else None
+
+        await eventually(probe, "every unacknowledged message delivered again")
+        with anyio.move_on_after(5.0):  # the one in doubt returns after its 1 s lease, if unacked
+            while in_doubt - back.keys():
+                await probe()
+                await anyio.sleep(0.1)
+        assert not back.keys() & acked, "an acknowledged message was delivered again"
+        assert sorted(back.values()).count(2) <= 1
+        assert set(back.values()) <= {1, 2}
+        for message_id in in_doubt & back.keys():
+            assert back[message_id] == 2
+        assert await queue.dead_letters("work") == []
+
+    @pytest.mark.world_process
+    async def test_process_killed_stream_writer_leaves_whole_writes(
+        self, shared_world: World, world_target: WorldTarget
+    ) -> None:
+        size, pad = 8, 8192
+        argv = world_target.child_command(
+            "write", "out", "--batches", "1000000", "--size", str(size),
+            "--tag", "w", "--pad", str(pad),
+        )  # fmt: skip
+        async with _spawn([argv]) as (child,):
+            lines = await _kill_at_random(child, 3)
+        info = await shared_world.stream.info("out")
+        assert info.next_index % size == 0, f"a write was torn: next_index={info.next_index}"
+        assert max(line["next"] for line in lines) <= info.next_index, "an ack was lost"
+        chunks = await take(shared_world.stream.read("out"), info.next_index)
+        assert [c.index for c in chunks] == list(range(info.next_index))
+        expected = [("w", b, i) for b in range(info.next_index // size) for i in range(size)]
+        assert [_parse(c) for c in chunks] == expected
+        assert await shared_world.stream.write("out", [b"after"]) == info.next_index + 1
+
+    @pytest.mark.world_process
+    async def test_process_watch_sees_other_process(
+        self, shared_world: World, world_target: WorldTarget
+    ) -> None:
+        """A watcher here is woken by appends another process makes."""
+        argv = world_target.child_command(
+            "append", "seen", "--batches", "6", "--size", "1", "--tag", "x"
+        )
+        watched: list[Event] = []
+        async with _spawn([argv]) as (child,):
+
+            async def watcher() -> None:
+                watched.extend(await take(shared_world.log.watch("seen"), 6, bound=60))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(watcher)
+                await anyio.sleep(0.1)
+                await child.go()
+                await child.rest()
+        assert watched == await shared_world.log.read("seen")
+        assert [_parse(e) for e in watched] == [("x", b, 0) for b in range(6)]

@@ -149,7 +149,8 @@ class StreamContract(ContractBase):
     async def test_stream_concurrent_writers_expect_next(
         self, world: World, world_target: WorldTarget
     ) -> None:
-        """Writers racing with compare-and-set: every chunk lands exactly once, densely."""
+        """Writers racing with compare-and-set: every chunk lands exactly once, densely, and a
+        reader following them live sees exactly the final stream."""
         writers, each = 6, 5
 
         async def writer(target: World, name: int) -> None:
@@ -167,13 +168,20 @@ class StreamContract(ContractBase):
                 else:
                     raise AssertionError("500 conflicts in a row")
 
-        async with world_target.open() as second:
+        followed: list[Chunk] = []
+
+        async def follower() -> None:
+            followed.extend(await drain(world.stream.read("s"), bound=90))
+
+        async with world_target.open() as second, anyio.create_task_group() as outer:
+            outer.start_soon(follower)
             with anyio.fail_after(60):
                 async with anyio.create_task_group() as group:
                     for name in range(writers):
                         group.start_soon(writer, world if name % 2 else second, name)
-        await world.stream.close("s")
+            await world.stream.close("s")
         chunks = await drain(world.stream.read("s"))
+        assert followed == chunks, "a reader following the writers saw something else"
         assert [c.index for c in chunks] == list(range(writers * each))
         expected = {f"{n}:{i}".encode() for n in range(writers) for i in range(each)}
         assert {c.data for c in chunks} == expected
