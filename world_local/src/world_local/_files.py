@@ -251,14 +251,16 @@ class FoldedFile:
             self.mutex.release()
 
     def commit(self, fd: int, frame: bytes) -> None:
-        """Append one frame durably and fold it in; on failure cut it off again."""
+        """Append one frame durably and fold it in."""
+        os.lseek(fd, self.end, os.SEEK_SET)
         try:
-            os.lseek(fd, self.end, os.SEEK_SET)
             write_all(fd, frame)
-            os.fsync(fd)
         except BaseException:
-            os.ftruncate(fd, self.end)
+            os.ftruncate(fd, self.end)  # incomplete, so invisible anyway: tidy up at once
             raise
+        # If fsync fails the frame stays: it is whole, and readers may already have seen it.
+        # The caller gets BackendUnavailableError, which says the outcome is unknown.
+        os.fsync(fd)
         self._sync(fd)
 
     def replace(self, frames: Sequence[bytes]) -> None:
