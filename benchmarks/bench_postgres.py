@@ -1,0 +1,295 @@
+"""Benchmark of the PostgreSQL World against the raw driver and procrastinate, on one server.
+
+    uv run --group bench python benchmarks/bench_postgres.py [--url postgresql://...] [--quick]
+
+The URL defaults to WORLD_TEST_POSTGRES_URL, else postgresql://postgres@127.0.0.1:5432/postgres.
+One run prints a table and one JSON line:
+
+* append: ``Log.append`` of one 256-byte event against the floor, one raw asyncpg INSERT of the
+  same bytes into a (log_id, seq) table, each committed on its own. Samples are interleaved
+  (floor, world, floor ...) so drift on a shared machine hits both alike.
+* queue: messages per second through enqueue then claim + ack, with 1 and 8 concurrent
+  producers and workers in this process (claim takes one message per call, like procrastinate's
+  fetch), against procrastinate deferring and running the same number of no-op jobs with the
+  same concurrency (its worker with ``wait=False`` and ``delete_jobs="always"``).
+* stream: latency from the start of a 64-byte ``Stream.write`` to a live reader (another task,
+  woken through LISTEN/NOTIFY) yielding the chunk.
+
+Everything is written to a fresh namespace, a floor schema and a procrastinate database, all
+dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import statistics
+import time
+from typing import Any
+
+import anyio
+import asyncpg
+
+from world_core import NewEvent
+from world_postgres import PostgresWorld, connect
+
+TARGETS = {"append_ratio": 1.3, "queue_8_vs_procrastinate": 3.0, "stream_p50_ms": 3.0}
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str, float]:
+    conn: Any = await asyncpg.connect(url)
+    schema = f"bench_floor_{secrets.token_hex(4)}"
+    data = secrets.token_bytes(256)
+    floor: list[float] = []
+    append: list[float] = []
+    try:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+        await conn.execute(
+            f"CREATE TABLE {schema}.events (log_id text NOT NULL, seq bigint NOT NULL,"
+            " data bytea NOT NULL, PRIMARY KEY (log_id, seq))"
+        )
+        insert = f"INSERT INTO {schema}.events (log_id, seq, data) VALUES ($1, $2, $3)"
+        seq = 0
+        for _ in range(100):  # warm-up: connections, prepared statements, plans
+            seq += 1
+            await conn.execute(insert, "bench-log", seq, data)
+            await world.log.append("bench-log", [NewEvent(data=data)])
+        for _ in range(rounds):
+            seq += 1
+            t0 = time.perf_counter()
+            await conn.execute(insert, "bench-log", seq, data)
+            t1 = time.perf_counter()
+            await world.log.append("bench-log", [NewEvent(data=data)])
+            t2 = time.perf_counter()
+            floor.append(t1 - t0)
+            append.append(t2 - t1)
+    finally:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await conn.close()
+    return {
+        "floor_p50_ms": statistics.median(floor) * 1e3,
+        "append_p50_ms": statistics.median(append) * 1e3,
+        "floor_mean_ms": statistics.fmean(floor) * 1e3,
+        "append_mean_ms": statistics.fmean(append) * 1e3,
+        "ratio_p50": statistics.median(append) / statistics.median(floor),
+        "ratio_mean": statistics.fmean(append) / statistics.fmean(floor),
+    }
+
+
+async def _split(total: int, parts: int, work: Any) -> None:
+    async with anyio.create_task_group() as tg:
+        for part in range(parts):
+            tg.start_soon(work, total // parts + (part < total % parts))
+
+
+async def bench_world_queue(world: PostgresWorld, workers: int, count: int) -> dict[str, float]:
+    queue = f"bench-{workers}"
+    payload = b'{"n": 1}'
+    done = 0
+
+    async def produce(n: int) -> None:
+        for _ in range(n):
+            await world.queue.enqueue(queue, payload)
+
+    async def work(_: int) -> None:
+        nonlocal done
+        while done < count:
+            leases = await world.queue.claim(queue, "w", lease=30, limit=1)
+            if not leases:
+                return
+            for lease in leases:
+                await world.queue.ack(lease)
+                done += 1
+
+    t0 = time.perf_counter()
+    await _split(count, workers, produce)
+    t1 = time.perf_counter()
+    await _split(workers, workers, work)
+    t2 = time.perf_counter()
+    assert done == count, f"drained {done} of {count}"
+    return {
+        "enqueue_per_s": count / (t1 - t0),
+        "claim_ack_per_s": count / (t2 - t1),
+        "end_to_end_per_s": count / (t2 - t0),
+    }
+
+
+async def bench_procrastinate(url: str, workers: int, count: int) -> dict[str, float]:
+    import procrastinate
+
+    admin: Any = await asyncpg.connect(url)
+    database = f"bench_procrastinate_{secrets.token_hex(4)}"
+    await admin.execute(f"CREATE DATABASE {database}")
+    try:
+        base, _, _ = url.rpartition("/")
+        app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(
+                conninfo=f"{base}/{database}", min_size=1, max_size=workers + 2
+            )
+        )
+        ran = 0
+
+        @app.task(name="noop", queue="bench")
+        async def noop(n: int) -> None:
+            nonlocal ran
+            ran += 1
+
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+
+            async def produce(n: int) -> None:
+                for _ in range(n):
+                    await noop.defer_async(n=1)
+
+            t0 = time.perf_counter()
+            await _split(count, workers, produce)
+            t1 = time.perf_counter()
+            await app.run_worker_async(
+                queues=["bench"],
+                concurrency=workers,
+                wait=False,
+                delete_jobs="always",
+                install_signal_handlers=False,
+                listen_notify=False,
+            )
+            t2 = time.perf_counter()
+        assert ran == count, f"procrastinate ran {ran} of {count}"
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        await admin.close()
+    return {
+        "enqueue_per_s": count / (t1 - t0),
+        "claim_ack_per_s": count / (t2 - t1),
+        "end_to_end_per_s": count / (t2 - t0),
+    }
+
+
+async def bench_stream(world: PostgresWorld, rounds: int) -> dict[str, float]:
+    chunk = secrets.token_bytes(64)
+    latencies: list[float] = []
+    arrived = anyio.Event()
+    started = 0.0
+
+    async def reader() -> None:
+        nonlocal arrived
+        async for _ in world.stream.read("bench-stream"):
+            latencies.append(time.perf_counter() - started)
+            arrived.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        for n in range(rounds + 20):
+            arrived = anyio.Event()
+            started = time.perf_counter()
+            await world.stream.write("bench-stream", [chunk])
+            with anyio.fail_after(10):
+                await arrived.wait()
+            if n == 19:
+                latencies.clear()  # warm-up done: the reader is subscribed and listening
+        await world.stream.close("bench-stream")
+    return {
+        "p50_ms": statistics.median(latencies) * 1e3,
+        "p99_ms": _pct(latencies, 0.99) * 1e3,
+        "mean_ms": statistics.fmean(latencies) * 1e3,
+    }
+
+
+def _row(name: str, ours: str, theirs: str, ratio: str, target: str) -> str:
+    return f"{name:<34}{ours:>14}{theirs:>16}{ratio:>9}  {target}"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--url",
+        default=os.environ.get(
+            "WORLD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, for a smoke run")
+    args = parser.parse_args()
+    quick = args.quick
+    rounds = 300 if quick else 2000
+    counts = {1: 300 if quick else 1500, 8: 600 if quick else 3000}
+    logging.getLogger("procrastinate").setLevel(logging.WARNING)
+
+    world = await connect(url=args.url, namespace=f"bench_{secrets.token_hex(4)}")
+    results: dict[str, Any] = {}
+    try:
+        results["append"] = await bench_append(world, args.url, rounds)
+        for workers, count in counts.items():
+            results[f"queue_{workers}"] = {
+                "world": await bench_world_queue(world, workers, count),
+                "procrastinate": await bench_procrastinate(args.url, workers, count),
+                "messages": count,
+            }
+        results["stream"] = await bench_stream(world, rounds // 4)
+    finally:
+        await world.purge()
+        await world.aclose()
+
+    a = results["append"]
+    print(_row("measure", "world", "peer/floor", "ratio", "target"))
+    print(
+        _row(
+            "append 1 event, p50 (ms)",
+            f"{a['append_p50_ms']:.3f}",
+            f"{a['floor_p50_ms']:.3f}",
+            f"{a['ratio_p50']:.2f}x",
+            f"<= {TARGETS['append_ratio']}x floor",
+        )
+    )
+    print(
+        _row(
+            "append 1 event, mean (ms)",
+            f"{a['append_mean_ms']:.3f}",
+            f"{a['floor_mean_ms']:.3f}",
+            f"{a['ratio_mean']:.2f}x",
+            "",
+        )
+    )
+    for workers in counts:
+        q = results[f"queue_{workers}"]
+        for key, label in (
+            ("enqueue_per_s", "enqueue"),
+            ("claim_ack_per_s", "claim+ack"),
+            ("end_to_end_per_s", "end to end"),
+        ):
+            ours, theirs = q["world"][key], q["procrastinate"][key]
+            target = (
+                f">= {TARGETS['queue_8_vs_procrastinate']}x procrastinate"
+                if workers == 8 and key == "end_to_end_per_s"
+                else ""
+            )
+            print(
+                _row(
+                    f"queue {workers} worker(s), {label} (msg/s)",
+                    f"{ours:.0f}",
+                    f"{theirs:.0f}",
+                    f"{ours / theirs:.2f}x",
+                    target,
+                )
+            )
+    s = results["stream"]
+    print(_row("stream write->read p50 (ms)", f"{s['p50_ms']:.3f}", "", "", "< 3 ms"))
+    print(_row("stream write->read p99 (ms)", f"{s['p99_ms']:.3f}", "", "", ""))
+    q8 = results["queue_8"]
+    results["targets_met"] = {
+        "append": a["ratio_p50"] <= TARGETS["append_ratio"],
+        "queue_8": q8["world"]["end_to_end_per_s"] / q8["procrastinate"]["end_to_end_per_s"]
+        >= TARGETS["queue_8_vs_procrastinate"],
+        "stream": s["p50_ms"] < TARGETS["stream_p50_ms"],
+    }
+    print(json.dumps(results, sort_keys=True))
+
+
+if __name__ == "__main__":
+    anyio.run(main)
