@@ -10,6 +10,7 @@ from world_core._agent import Agent
 from world_core._blobs import BlobRef, Blobs
 from world_core._client import DEFAULT_QUEUE, Client
 from world_core._crash import CrashPoint, parse_crash_at
+from world_core._documents import DocumentEdits, Documents
 from world_core._journal import (
     DEFAULT_BLOB_THRESHOLD,
     POSSIBLY_RAN,
@@ -77,6 +78,8 @@ __all__ = [
     "Blobs",
     "Client",
     "CrashPoint",
+    "DocumentEdits",
+    "Documents",
     "Journal",
     "Message",
     "ModelClient",

@@ -39,6 +39,9 @@ The rules, for step ``n``:
   :class:`~world_core.errors.DuplicateKeyError`; the loser stops, having run no ``never`` tool.
   After any failed append the Journal refuses further steps (its view may be stale): open a
   new one.
+* Documents: a tool's edits (``context.docs.put``) become ``turn/<t>/step/<n>/doc/<name>``
+  events in the same atomic append as its outcome (or the same deferred batch), and only if
+  the tool returned: an interrupted or failing call edits nothing.
 * Results whose canonical JSON exceeds ``blob_threshold`` bytes go to a content-addressed blob
   (written before the outcome); the outcome keeps digest and size; replay reads them back.
 """
@@ -58,6 +61,7 @@ from pydantic_core import to_jsonable_python
 
 from world_core._blobs import BlobRef, Blobs
 from world_core._crash import CrashPoint
+from world_core._documents import DocumentEdits, document_event
 from world_core._model import ModelClient, ModelReply, ModelRequest, ToolCall
 from world_core._tools import Replay, Tool, ToolContext
 from world_core.errors import (
@@ -142,6 +146,7 @@ class _Turn:
     user_message: str | None = None
     reply: str | None = None
     history: list[tuple[str, str]] = field(default_factory=list)
+    documents: dict[str, Any] = field(default_factory=dict)
 
 
 class Journal:
@@ -176,6 +181,7 @@ class Journal:
         self._pending: list[NewEvent] = []
         self._pending_bytes = 0
         self._defer_safe = defer_safe
+        self._staged_docs: dict[str, Any] = {}
         self._broken: BaseException | None = None
         self.model_calls = 0
         self.tool_runs = 0
@@ -299,15 +305,18 @@ class Journal:
     async def _tool_step(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:
         async def run(step: int) -> dict[str, Any]:
             self.tool_runs += 1
-            context = ToolContext(self.session_id, self.turn_id, step)
+            docs = DocumentEdits(self._turn.documents)
+            context = ToolContext(self.session_id, self.turn_id, step, docs)
             try:
                 value = await tool.call(args, context)
             except Exception as exc:  # the tool ran and failed: that is its outcome
                 return {"error": f"{type(exc).__name__}: {exc}"}
             try:
-                return {"output": to_jsonable_python(value)}
+                result = {"output": to_jsonable_python(value)}
             except Exception as exc:
                 return {"error": f"tool returned a value that is not JSON: {exc}"}
+            self._staged_docs = docs.staged  # committed with the outcome, by _step
+            return result
 
         return await self._step("tool", tool.name, digest_of(args), args, tool.replay, run)
 
@@ -445,6 +454,7 @@ class Journal:
         crash = self._crash
         if crash is not None and crash.step == n and crash.when == "before_run":
             crash.hit()
+        self._staged_docs = {}
         result = await run(n)
         if crash is not None and crash.step == n and crash.when == "after_run":
             crash.hit()
@@ -455,17 +465,22 @@ class Journal:
             body["blob"] = ref.model_dump()
         else:
             body["result"] = result
-        event = self._event("outcome", body, n)
+        events = [self._event("outcome", body, n)]
+        staged, self._staged_docs = self._staged_docs, {}
+        for doc_name, value in staged.items():
+            key = f"turn/{self.turn_id}/step/{n}/doc/{doc_name}"
+            events.append(document_event(doc_name, value, key=key, turn=self.turn_id, step=n))
         if kind == "tool" and replay == "safe" and self._defer_safe:
             # Rides with the next append: lost only to a crash before it, and then the tool
             # simply runs again, which its label allows. Every later outcome (a model call's)
             # is in the same or a later batch, so nothing durable ever depends on it alone.
-            self._pending.append(event)
-            self._pending_bytes += len(event.data)
+            self._pending.extend(events)
+            self._pending_bytes += sum(len(event.data) for event in events)
             if self._pending_bytes > _PENDING_FLUSH_BYTES:
                 await self._append([])
         else:
-            await self._append([event])
+            await self._append(events)
+        self._turn.documents.update(staged)
         self._record(n, outcome=body)
         # Return what replay will return: the JSON form, not the Python objects.
         decoded: dict[str, Any] = json.loads(encoded)
@@ -501,7 +516,9 @@ def _load(*, events_data: list[tuple[int, bytes]], turn_id: str) -> _Turn:
         if not isinstance(event, dict):
             continue
         what, turn_of = event.get("t"), str(event.get("turn"))
-        if what == "input":
+        if what == "doc":
+            turn.documents[event["name"]] = event["value"]
+        elif what == "input":
             inputs[turn_of] = (seq, event["message"])
         elif what == "reply":
             replies[turn_of] = (seq, event["reply"])

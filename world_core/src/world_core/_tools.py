@@ -14,12 +14,13 @@ import difflib
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
 import anyio.to_thread
 import pydantic
 
+from world_core._documents import DocumentEdits
 from world_core.errors import InvalidArgumentError
 
 __all__ = ["Replay", "Tool", "ToolContext", "ToolRegistry", "tool"]
@@ -33,12 +34,14 @@ class ToolContext:
     """Given to a tool that declares a parameter of this type (any name; not in the schema).
 
     ``idempotency_key`` is ``<session>/<turn>/step-<n>``: the same on every retry and replay of
-    this call, so an API that honours idempotency keys can drop a repeated request.
+    this call, so an API that honours idempotency keys can drop a repeated request. ``docs``
+    reads and edits the session's documents; edits commit with this call's outcome.
     """
 
     session_id: str
     turn_id: str
     step: int
+    docs: DocumentEdits = field(default_factory=DocumentEdits)
 
     @property
     def idempotency_key(self) -> str:
