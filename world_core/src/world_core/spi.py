@@ -504,7 +504,8 @@ class Queue(ABC):
     one worker until its deadline) or *dead* (attempts used up). Leased messages whose
     deadline passed are visible again. Deadlines come from the store's clock, so clock skew
     between workers is harmless. Ready messages are handed out in order of the time they
-    became visible, then enqueue order; one ``claim`` returns its leases in that order.
+    became visible, then enqueue order (a released or expired message counts from when it
+    became visible again); one ``claim`` returns its leases in that order.
     """
 
     @abstractmethod
@@ -586,7 +587,8 @@ class Queue(ABC):
 
     @abstractmethod
     async def requeue(self, queue: str, message_id: str) -> None:
-        """Move a dead letter back to ready with its attempts reset to 0 and its id kept.
+        """Move a dead letter back to ready with its attempts reset to 0, its id and
+        ``max_attempts`` kept; it is ordered as visible from the time of the requeue.
 
         Raises:
             NotFoundError: no dead letter with that id in the queue.
