@@ -154,6 +154,19 @@ class QueueContract(ContractBase):
         assert await world.queue.claim("q", "w", lease=LONG) == []
         assert await world.queue.dead_letters("q") == []
 
+    async def test_queue_released_message_goes_behind(self, world: World) -> None:
+        """Order is by the time a message became visible: one released now comes after those
+        that were already waiting, and before those enqueued later."""
+        first = await world.queue.enqueue("q", b"1")
+        second = await world.queue.enqueue("q", b"2")
+        lease = await _claim_one(world, "q", "w")
+        assert lease.message_id == first
+        await anyio.sleep(0.01)  # distinct visibility times even on a millisecond clock
+        await world.queue.release(lease)
+        third = await world.queue.enqueue("q", b"3")
+        order = [(await _claim_one(world, "q", "w")).message_id for _ in range(3)]
+        assert order == [second, first, third]
+
     async def test_queue_release_with_short_delay_returns(self, world: World) -> None:
         await world.queue.enqueue("q", b"job")
         lease = await _claim_one(world, "q", "w")
@@ -221,6 +234,7 @@ class QueueContract(ContractBase):
         assert await queue.dead_letters("q") == []
         again = await _claim_one(world, "q", "w")
         assert (again.message_id, again.attempt, again.payload) == (message_id, 1, b"poison")
+        assert again.max_attempts == 2, "requeue keeps max_attempts"
         await queue.ack(again)
         with pytest.raises(NotFoundError):
             await queue.requeue("q", message_id)
