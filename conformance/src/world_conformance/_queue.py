@@ -230,8 +230,11 @@ class QueueContract(ContractBase):
         assert letters[0].reason
         with pytest.raises(LeaseLostError):
             await queue.ack(second)
+        waiting = await queue.enqueue("q", b"waiting")
+        await anyio.sleep(0.01)  # distinct visibility times even on a millisecond clock
         await queue.requeue("q", message_id)
         assert await queue.dead_letters("q") == []
+        assert (await _claim_one(world, "q", "w")).message_id == waiting, "requeued jumped ahead"
         again = await _claim_one(world, "q", "w")
         assert (again.message_id, again.attempt, again.payload) == (message_id, 1, b"poison")
         assert again.max_attempts == 2, "requeue keeps max_attempts"
