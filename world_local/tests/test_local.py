@@ -15,6 +15,7 @@ from world_core import open_world
 from world_core.errors import (
     ClosedError,
     ConfigurationError,
+    ConflictError,
     InvalidArgumentError,
     InvalidIdentifierError,
     WorldError,
@@ -342,3 +343,14 @@ async def test_connect_removes_temporaries_of_dead_writers_only(tmp_path: Path) 
         async with await connect(url=str(root), namespace="t"):
             assert not dead.exists()
             assert alive.exists()
+
+
+async def test_refused_first_append_leaves_no_visible_log(world: LocalWorld) -> None:
+    # The file (header only) may now exist; the log must not.
+    with pytest.raises(ConflictError):
+        await world.log.append("new", [NewEvent(data=b"x")], expect_tail=3)
+    assert await world.log.info("new") is None
+    assert (await world.log.list_logs()).items == []
+    with pytest.raises(ConflictError):
+        await world.stream.write("new", [b"x"], expect_next=2)
+    assert (await world.stream.info("new")).next_index == 0
