@@ -26,7 +26,7 @@ from world_core.spi import (
 from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Arg, Connection, translate
 from world_redis._keys import Keys
-from world_redis._queue import micros
+from world_redis._queue import micros, nonce
 
 __all__ = ["RedisLog"]
 
@@ -99,6 +99,7 @@ class RedisLog(Log):
                 micros(message.delay),
                 message.dedup_key or "",
                 message.max_attempts,
+                nonce(),
             ]
         with translate("log append"):
             result: list[Any] = await self._conn.run(S.APPEND, keys, args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Connection, translate
 from world_redis._keys import Keys
 
-__all__ = ["RedisQueue", "micros"]
+__all__ = ["RedisQueue", "micros", "nonce"]
 
 # About 31 years: longer delays and leases are "never" in practice, and stay exact integers
 # in Lua's doubles and Redis' 64-bit replies.
@@ -32,6 +33,11 @@ _MAX_MICROS = 10**15
 def micros(seconds: float) -> int:
     """Seconds (validated, finite, >= 0) as integer microseconds, capped at ~31 years."""
     return min(round(seconds * 1_000_000), _MAX_MICROS)
+
+
+def nonce() -> str:
+    """Random suffix of a message id: ids are unique across queues, not only within one."""
+    return secrets.token_hex(6)
 
 
 def _lost(lease: Lease, what: str) -> LeaseLostError:
@@ -70,7 +76,7 @@ class RedisQueue(Queue):
             message_id = await self._conn.run(
                 S.ENQUEUE,
                 self._keys.queue(queue),
-                [payload, micros(delay), dedup_key or "", max_attempts],
+                [payload, micros(delay), dedup_key or "", max_attempts, nonce()],
             )
         return bytes(message_id).decode()
 

@@ -68,12 +68,14 @@ local function q_dead(q, now, id, a, x, reason)
   redis.call('HSET', q.R, id, reason)
   q_free_dedup(q, id)
 end
-local function q_enqueue(q, now, payload, delay, dedup, maxa)
+local function q_enqueue(q, now, payload, delay, dedup, maxa, nonce)
   if dedup ~= '' then
     local existing = redis.call('HGET', q.DD, dedup)
     if existing then return existing end
   end
-  local id = string.format('%016d', redis.call('INCR', q.N))
+  -- The padded counter orders ties of visible-at by enqueue order; the caller's random
+  -- nonce makes ids unique across queues too.
+  local id = string.format('%016d', redis.call('INCR', q.N)) .. '-' .. nonce
   redis.call('HSET', q.P, id, payload)
   redis.call('HSET', q.S, id, '0:' .. maxa .. ':')
   if dedup ~= '' then
@@ -91,8 +93,8 @@ ENQUEUE = Script(
     _PRELUDE
     + _QUEUE
     + r"""
--- ARGV: payload, delay_us, dedup ('' none), max_attempts
-return q_enqueue(qk(1), now_us(), ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+-- ARGV: payload, delay_us, dedup ('' none), max_attempts, nonce
+return q_enqueue(qk(1), now_us(), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 """,
 )
 
@@ -261,7 +263,8 @@ APPEND = Script(
     + _QUEUE
     + r"""
 -- ARGV: expect_tail ('' none), has_status, status, log_id, indexed, n, n*(key, data),
---       m, m*(payload, delay_us, dedup, max_attempts); outbox queue keys from KEYS[6], 10 each.
+--       m, m*(payload, delay_us, dedup, max_attempts, nonce); outbox queue keys from KEYS[6],
+--       10 each.
 local X, K, M = KEYS[1], KEYS[2], KEYS[3]
 local tail = redis.call('XLEN', X)
 if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= tail then return {'conflict', tail} end
@@ -306,8 +309,8 @@ local m = tonumber(ARGV[pos])
 if m > 0 then
   local now = now_us()
   for j = 0, m - 1 do
-    local p = pos + 1 + 4 * j
-    q_enqueue(qk(6 + 10 * j), now, ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3])
+    local p = pos + 1 + 5 * j
+    q_enqueue(qk(6 + 10 * j), now, ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4])
   end
 end
 return {'ok', tail + n, registered}
