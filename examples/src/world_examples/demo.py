@@ -54,6 +54,7 @@ class CrashRow:
 class _Context:
     world: World
     world_name: str
+    target: str | None  # as given; None: the workers inherit WORKFLOW_TARGET_WORLD
     url: str | None
     namespace: str
     inbox: Inbox
@@ -75,7 +76,9 @@ async def _worker(ctx: _Context, queue: str, extra_env: dict[str, str]) -> tuple
     )
     command = [sys.executable, "-m", "world_core._cli", "worker", "--agent", AGENT, "--once"]
     command += ["--wait", "60", "--lease", str(LEASE), "--queue", queue, "--json"]
-    command += ["--world", ctx.world_name, "--namespace", ctx.namespace]
+    command += ["--namespace", ctx.namespace]
+    if ctx.target is not None:
+        command += ["--world", ctx.target]
     if ctx.url is not None:
         command += ["--url", ctx.url]
     process = await anyio.open_process(command, env=env, stdout=subprocess.PIPE, stderr=None)
@@ -264,7 +267,8 @@ async def _with_world(
         with Inbox(folder / "inbox") as inbox:
             ctx = _Context(
                 world=world,
-                world_name=target or world.name,
+                world_name=world.name,
+                target=target,
                 url=url,
                 namespace=namespace,
                 inbox=inbox,

@@ -260,7 +260,11 @@ class Journal:
     async def model(self, client: ModelClient, request: ModelRequest) -> ModelReply:
         """One model call as a step (no intent; one append when it runs)."""
         payload = request.model_dump(mode="json")
-        preview = {"last_message": payload["messages"][-1] if payload["messages"] else None}
+        preview = {
+            "messages": len(payload["messages"]),
+            "tools": [t.get("function", {}).get("name") for t in payload["tools"]],
+            "last_message": payload["messages"][-1] if payload["messages"] else None,
+        }
 
         async def run(step: int) -> dict[str, Any]:
             self.model_calls += 1
