@@ -349,3 +349,14 @@ class LogContract(ContractBase):
                 await world.log.append("w", [NewEvent(data=b"4", key="k4")])
                 await world.log.append("w", _events(b"5"))
         assert got == [Event(seq=4, data=b"4", key="k4"), Event(seq=5, data=b"5")]
+        ahead: list[Event] = []
+
+        async def follow_ahead() -> None:
+            ahead.extend(await take(world.log.watch("w", after=7), 1))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(follow_ahead)
+                await anyio.sleep(0.1)
+                await world.log.append("w", _events(b"6", b"7", b"8"))
+        assert ahead == [Event(seq=8, data=b"8")], "watch(after=) beyond the tail"

@@ -46,6 +46,18 @@ class PayloadContract(ContractBase):
         await world.stream.close("s")
         assert [c.data for c in await drain(world.stream.read("s"))] == [payload]
 
+    async def test_payload_exactly_at_limit(self, world: World) -> None:
+        """A call carrying exactly ``max_payload_bytes`` is accepted whole."""
+        limit = world.capabilities.max_payload_bytes
+        half, rest = limit // 2, limit - limit // 2
+        events = [NewEvent(data=b"\x01" * half), NewEvent(data=b"\x02" * rest)]
+        assert await world.log.append("l", events) == 2
+        assert [len(e.data) for e in await world.log.read("l")] == [half, rest]
+        await world.queue.enqueue("q", b"\x03" * limit)
+        leases = await world.queue.claim("q", "w", lease=60.0)
+        assert [len(lease.payload) for lease in leases] == [limit]
+        assert await world.stream.write("s", [b"\x04" * half, b"\x05" * rest]) == 2
+
     async def test_payload_over_limit_writes_nothing(self, world: World) -> None:
         limit = world.capabilities.max_payload_bytes
         half = b"\x01" * (limit // 2 + 1)

@@ -146,6 +146,55 @@ class StreamContract(ContractBase):
                 await world.stream.close("s")
         assert got == _chunks(b"a", b"b")
 
+    async def test_stream_start_beyond_end_waits(self, world: World) -> None:
+        """A reader starting past the end yields nothing until its start index is written."""
+        await world.stream.write("s", [b"0", b"1"])
+        got: list[Chunk] = []
+
+        async def reader() -> None:
+            got.extend(await drain(world.stream.read("s", start=4)))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(reader)
+                await anyio.sleep(0.1)
+                await world.stream.write("s", [b"2", b"3"])
+                await world.stream.write("s", [b"4", b"5"])
+                await world.stream.close("s")
+        assert got == [Chunk(index=4, data=b"4"), Chunk(index=5, data=b"5")]
+
+    async def test_stream_close_races_writers(self, world: World) -> None:
+        """Writers keep writing while the stream is closed: no write that starts after
+        ``close`` returned succeeds, and every write that succeeded is in the stream."""
+        acknowledged: list[int] = []
+        late: list[int] = []
+        closed = anyio.Event()
+
+        async def writer(name: int) -> None:
+            for item in range(10_000):
+                started_after_close = closed.is_set()
+                try:
+                    next_index = await world.stream.write("s", [f"{name}:{item}".encode()])
+                except ClosedError:
+                    return
+                acknowledged.append(next_index)
+                if started_after_close:
+                    late.append(next_index)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                for name in range(4):
+                    group.start_soon(writer, name)
+                await anyio.sleep(0.1)
+                await world.stream.close("s")
+                closed.set()
+        assert not late, f"writes started after close() returned succeeded: {late}"
+        info = await world.stream.info("s")
+        assert info.closed
+        chunks = await drain(world.stream.read("s"))
+        assert [c.index for c in chunks] == list(range(info.next_index))
+        assert sorted(acknowledged) == list(range(1, info.next_index + 1))
+
     async def test_stream_concurrent_writers_expect_next(
         self, world: World, world_target: WorldTarget
     ) -> None:
