@@ -359,3 +359,56 @@ async def test_claim_is_woken_by_notify_from_another_process(
             )
             assert done.returncode == 0
     assert result == [b"hello"]
+
+
+async def test_no_wakeup_lost_while_waiters_register(
+    pg_world: PostgresWorld, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Writers notify only registered tags; an enqueue racing the registration must still be
+    # seen: by the look after registering, or by a notification. No safety poll here.
+    monkeypatch.setattr(world_postgres._wait, "_POLL_LISTENING", 3600.0)
+    producer = await connect(url=pg_url, namespace=pg_world.namespace)
+    try:
+        for round_ in range(25):
+            queue = f"race-{round_}"
+            got: list[bytes] = []
+
+            async def claimer(queue: str = queue, got: list[bytes] = got) -> None:
+                leases = await pg_world.queue.claim(queue, "w", lease=30, wait=3600)
+                got.extend(lease.payload for lease in leases)
+
+            with anyio.fail_after(WAIT):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(claimer)
+                    for _ in range(round_ % 5):  # land the enqueue at varying moments
+                        await anyio.lowlevel.checkpoint()
+                    await producer.queue.enqueue(queue, b"m")
+            assert got == [b"m"]
+    finally:
+        await producer.aclose()
+
+
+async def test_registration_survives_other_waiters_leaving(
+    pg_world: PostgresWorld, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(world_postgres._wait, "_POLL_LISTENING", 3600.0)
+    producer = await connect(url=pg_url, namespace=pg_world.namespace)
+    try:
+        # A short wait on the log comes and goes; the long one must still be notified.
+        assert await pg_world.queue.claim("q", "w", lease=5, wait=0.05) == []
+        got: list[bytes] = []
+
+        async def claimer() -> None:
+            got.extend(
+                lease.payload for lease in await pg_world.queue.claim("q", "w", lease=5, wait=3600)
+            )
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(claimer)
+                await until(lambda: pg_world._listener.sleeping > 0, "the claimer asleep")
+                assert await pg_world.queue.claim("q", "other", lease=5, wait=0.05) == []
+                await producer.queue.enqueue("q", b"late")
+        assert got == [b"late"]
+    finally:
+        await producer.aclose()

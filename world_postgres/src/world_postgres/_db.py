@@ -44,6 +44,16 @@ def tag(kind: str, ident: str) -> str:
     return kind + hashlib.md5(ident.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
+def _int32(hex8: str) -> int:
+    value = int(hex8, 16)
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def tag_key(tag: str) -> int:
+    """The advisory-lock key of a tag, as ``wake()`` computes it in SQL."""
+    return _int32(tag[1:9])
+
+
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -144,6 +154,10 @@ class Database:
         self.schema_name = f"world_{namespace}"
         self.schema = quote_ident(self.schema_name)
         self.channel = f"world_{namespace}"
+        # Advisory-lock classes of wake(): writers in flight, and registered waiters.
+        digest = hashlib.md5(self.schema_name.encode(), usedforsecurity=False).hexdigest()
+        self.writers_class = _int32(digest[:8])
+        self.waiters_class = _int32(digest[8:16])
         self.pool_size = pool_size
         self.retry_seconds = retry_seconds
         self.connect_timeout = connect_timeout
@@ -156,6 +170,8 @@ class Database:
             text.replace("@s@", self.schema)
             .replace("@s_literal@", quote_literal(self.schema_name))
             .replace("@channel@", quote_literal(self.channel))
+            .replace("@kw@", str(self.writers_class))
+            .replace("@kr@", str(self.waiters_class))
         )
 
     async def connect(self, **kwargs: Any) -> Conn:

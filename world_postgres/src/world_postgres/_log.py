@@ -215,8 +215,9 @@ class PostgresLog(Log):
     async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         validate_id(log_id, "log_id")
         _check_after(after)
-        with self._listener.subscribe(tag("l", log_id)) as event:
-            waiter = Waiter(self._listener, event)
+        wake_tag = tag("l", log_id)
+        with self._listener.subscribe(wake_tag) as event:
+            waiter = Waiter(self._listener, wake_tag, event)
             await waiter.start()
             position = after
             while True:

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from world_postgres._db import Database, is_transient
+from world_postgres._db import Database, is_transient, tag_key
 
 __all__ = ["Listener"]
 
@@ -16,20 +16,36 @@ log = logging.getLogger("world_postgres")
 
 _PING_SECONDS = 10.0
 _RECONNECT_MAX_SECONDS = 2.0
+_REGISTER_SECONDS = 5.0
+
+# Register as a waiter (shared session lock), then wait for the writers in flight, which saw no
+# waiter and will not notify, to commit (exclusive lock taken and dropped). OFFSET 0 keeps the
+# three calls in this order.
+_REGISTER = """
+    SELECT pg_advisory_unlock($1, $3) FROM (
+        SELECT pg_advisory_lock($1, $3) FROM (
+            SELECT pg_advisory_lock_shared($2, $3) OFFSET 0) AS registered OFFSET 0
+    ) AS barrier
+"""
+_UNREGISTER = "SELECT pg_advisory_unlock_shared($1, $2)"
 
 
 class Listener:
     """Wakes waiters subscribed to a tag when a NOTIFY with that tag arrives.
 
-    The connection is opened on the first subscription and reopened after any loss; every
-    waiter is woken after a reconnect, since notifications sent while it was down are lost
-    and the waiters must look again.
+    Writers notify a tag only while some World has registered it (see ``wake`` in the
+    schema), so a waiter registers its tag before its last look at the store. The connection
+    is opened on the first wait and reopened after any loss; then every registered tag is
+    registered again and every waiter is woken, since notifications sent meanwhile are lost.
     """
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._conn: Any = None
+        self._conn_lock = asyncio.Lock()
+        self._registered: set[str] = set()
         self._listening = asyncio.Event()
         self._closed = False
         self.reconnects = 0
@@ -40,6 +56,9 @@ class Listener:
     @property
     def listening(self) -> bool:
         return self._listening.is_set()
+
+    def is_registered(self, tag: str) -> bool:
+        return self._listening.is_set() and tag in self._registered
 
     @contextlib.contextmanager
     def subscribe(self, tag: str) -> Iterator[asyncio.Event]:
@@ -54,6 +73,8 @@ class Listener:
                 waiters.discard(event)
                 if not waiters:
                     del self._waiters[tag]
+                    if tag in self._registered and not self._closed:
+                        asyncio.get_running_loop().create_task(self._unregister(tag))
 
     async def ready(self, within: float) -> bool:
         """Start the listener if needed and wait up to ``within`` s until it listens."""
@@ -68,6 +89,45 @@ class Listener:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._listening.wait(), within)
         return self._listening.is_set()
+
+    async def register(self, tag: str) -> bool:
+        """Make writers notify ``tag`` from now on; False when the connection is down."""
+        if self.is_registered(tag):
+            return True
+        async with self._conn_lock:
+            conn = self._conn
+            if conn is None or not self._listening.is_set():
+                return False
+            if tag not in self._registered:
+                try:
+                    await self._lock(conn, tag)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        log.warning("registering a waiter failed: %r", exc)
+                    conn.terminate()  # in doubt: the listener reconnects and registers again
+                    return False
+        return self.is_registered(tag)
+
+    async def _lock(self, conn: Any, tag: str) -> None:
+        await asyncio.wait_for(
+            conn.fetchval(_REGISTER, self._db.writers_class, self._db.waiters_class, tag_key(tag)),
+            _REGISTER_SECONDS,
+        )
+        self._registered.add(tag)
+
+    async def _unregister(self, tag: str) -> None:
+        async with self._conn_lock:
+            conn = self._conn
+            if tag in self._waiters or tag not in self._registered or conn is None:
+                return
+            self._registered.discard(tag)
+            try:
+                await asyncio.wait_for(
+                    conn.fetchval(_UNREGISTER, self._db.waiters_class, tag_key(tag)),
+                    _REGISTER_SECONDS,
+                )
+            except Exception:
+                conn.terminate()  # its session locks go with it; the listener reconnects
 
     async def aclose(self) -> None:
         self._closed = True
@@ -97,7 +157,12 @@ class Listener:
                 conn = await self._db.connect()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self._db.channel, self._on_notify)
-                self._listening.set()
+                async with self._conn_lock:
+                    self._registered.clear()  # session locks died with the old connection
+                    for tag in list(self._waiters):
+                        await self._lock(conn, tag)
+                    self._conn = conn
+                    self._listening.set()
                 if not first:
                     self.reconnects += 1
                     log.info("listener on %s reconnected", self._db.channel)
@@ -109,8 +174,9 @@ class Listener:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(lost.wait(), _PING_SECONDS)
                     if not lost.is_set():
-                        # A half-open socket raises here instead of hanging forever.
-                        await asyncio.wait_for(conn.fetchval("SELECT 1"), _PING_SECONDS)
+                        async with self._conn_lock:
+                            # A half-open socket raises here instead of hanging forever.
+                            await asyncio.wait_for(conn.fetchval("SELECT 1"), _PING_SECONDS)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -118,6 +184,8 @@ class Listener:
                     log.warning("listener on %s failed: %r", self._db.channel, exc)
             finally:
                 self._listening.clear()
+                self._conn = None
+                self._registered.clear()
                 if conn is not None:
                     conn.terminate()
             # Waiters fall back to bounded polling while the connection is down.

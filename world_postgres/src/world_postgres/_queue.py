@@ -105,7 +105,7 @@ class PostgresQueue(Queue):
                 WHERE id = $1 AND queue = $2 AND token = $3
                 RETURNING dead_at IS NULL AND $4::float8 = 0 AS wake
             )
-            SELECT wake, (SELECT pg_notify(@channel@, $5) FROM r WHERE wake) FROM r
+            SELECT wake, (SELECT @s@.wake($5) FROM r WHERE wake) FROM r
             """
         )
         self._released = sql(
@@ -130,7 +130,7 @@ class PostgresQueue(Queue):
                 WHERE m.id = $2 AND m.queue = $1 AND m.dead_at IS NOT NULL
                 RETURNING 1
             )
-            SELECT count(*), (SELECT pg_notify(@channel@, $3) FROM r LIMIT 1) FROM r
+            SELECT count(*), (SELECT @s@.wake($3) FROM r LIMIT 1) FROM r
             """
         )
         self._live = sql(
@@ -184,8 +184,9 @@ class PostgresQueue(Queue):
         if wait <= 0:
             return await self._claim_now(queue, worker, lease, limit)
         deadline = time.monotonic() + wait
-        with self._listener.subscribe(tag("q", queue)) as event:
-            waiter = Waiter(self._listener, event)
+        wake_tag = tag("q", queue)
+        with self._listener.subscribe(wake_tag) as event:
+            waiter = Waiter(self._listener, wake_tag, event)
             await waiter.start()
             while True:
                 waiter.arm()

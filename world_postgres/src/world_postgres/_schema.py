@@ -79,6 +79,29 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                 PRIMARY KEY (stream_id, idx)
             )
             """,
+            # --- wake: NOTIFY only when some World waits for this tag ----------------------
+            # A committing NOTIFY holds a database-wide lock through its commit (and fsync), so
+            # notifying every write would serialise all writers. Waiting Worlds register a tag
+            # by holding a shared session lock (class @kr@) on their listener connection;
+            # writers notify only when they cannot take that lock. Each writer also holds a
+            # shared transaction lock (class @kw@) until it commits: a new registrant takes
+            # that one exclusively once, so every writer that saw no registrant has committed
+            # before the registrant looks at the data again.
+            """
+            CREATE FUNCTION @s@.wake(p_tag text) RETURNS void
+            LANGUAGE plpgsql AS $fn$
+            DECLARE
+                k integer := ('x' || substr(p_tag, 2, 8))::bit(32)::integer;
+            BEGIN
+                PERFORM pg_advisory_xact_lock_shared(@kw@, k);
+                IF pg_try_advisory_lock(@kr@, k) THEN
+                    PERFORM pg_advisory_unlock(@kr@, k);
+                ELSE
+                    PERFORM pg_notify(@channel@, p_tag);
+                END IF;
+            END
+            $fn$
+            """,
             # --- append: one round trip ------------------------------------------------------
             # seq is max+1 and settled by events_pkey: a concurrent appender that took the same
             # seq fails with a unique violation of events_pkey and the client retries. The
@@ -132,10 +155,10 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                     ON CONFLICT DO NOTHING;
                     FOR q IN SELECT DISTINCT m.tag FROM unnest(p_mtag, p_mdelay) AS m (tag, d)
                              WHERE m.d = 0 LOOP
-                        PERFORM pg_notify(@channel@, q);
+                        PERFORM @s@.wake(q);
                     END LOOP;
                 END IF;
-                PERFORM pg_notify(@channel@, p_tag);
+                PERFORM @s@.wake(p_tag);
                 o_tail := t + n;
             END
             $fn$
@@ -166,7 +189,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                 ON CONFLICT DO NOTHING
                 RETURNING id INTO r;
                 IF FOUND THEN
-                    IF p_delay = 0 THEN PERFORM pg_notify(@channel@, p_tag); END IF;
+                    IF p_delay = 0 THEN PERFORM @s@.wake(p_tag); END IF;
                     RETURN r;
                 END IF;
                 -- A retry whose first try committed, or a dedup hit (fresh snapshot: the
@@ -230,7 +253,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                 INSERT INTO @s@.chunks (stream_id, idx, data, batch)
                 SELECT p_id, base + u.i - 1, u.d, CASE WHEN u.i = n THEN p_batch END
                 FROM unnest(p_chunks) WITH ORDINALITY AS u (d, i);
-                PERFORM pg_notify(@channel@, p_tag);
+                PERFORM @s@.wake(p_tag);
                 o_next := base + n;
             END
             $fn$

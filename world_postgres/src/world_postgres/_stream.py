@@ -28,7 +28,7 @@ class PostgresStream(Stream):
         self._close = sql(
             "WITH c AS (INSERT INTO @s@.streams AS s (stream_id, closed) VALUES ($1, true)"
             " ON CONFLICT (stream_id) DO UPDATE SET closed = true RETURNING 1)"
-            " SELECT pg_notify(@channel@, $2) FROM c"
+            " SELECT @s@.wake($2) FROM c"
         )
         self._info = sql("SELECT next_index, closed FROM @s@.streams WHERE stream_id = $1")
         # One statement, one snapshot: the chunks and the state agree. At least one chunk per
@@ -101,8 +101,9 @@ class PostgresStream(Stream):
         validate_id(stream_id, "stream_id")
         if isinstance(start, bool) or not isinstance(start, int):
             raise InvalidArgumentError(f"start must be an int, got {start!r}")
-        with self._listener.subscribe(tag("s", stream_id)) as event:
-            waiter = Waiter(self._listener, event)
+        wake_tag = tag("s", stream_id)
+        with self._listener.subscribe(wake_tag) as event:
+            waiter = Waiter(self._listener, wake_tag, event)
             await waiter.start()
             position = start
             if position < 0:

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 from world_postgres._notify import Listener
 
 __all__ = ["Waiter"]
 
-# With the listener up, a safety net only; with it down, bounded polling until it is back.
+# With the tag registered, a safety net only; otherwise bounded polling until it is.
 _POLL_LISTENING = 5.0
 _POLL_DEAF = 0.5
 
 
 class Waiter:
-    """Sleeps until the subscribed event fires, a deadline, or the next safety poll."""
+    """Sleeps until the subscribed tag is notified, a deadline, or the next safety poll.
 
-    def __init__(self, listener: Listener, event: asyncio.Event) -> None:
+    The caller loops: ``arm()``, look at the store, ``sleep()``. The first ``sleep`` only
+    registers the tag with the writers and returns at once, so that the caller looks again
+    before really sleeping: what was written before the registration took effect is seen by
+    that look, what is written after it is notified.
+    """
+
+    def __init__(self, listener: Listener, tag: str, event: asyncio.Event) -> None:
         self._listener = listener
+        self._tag = tag
         self._event = event
 
     async def start(self) -> None:
@@ -31,15 +37,17 @@ class Waiter:
 
     async def sleep(self, seconds: float | None = None) -> None:
         """Sleep at most ``seconds`` (None: until woken or the safety poll)."""
-        cap = _POLL_LISTENING if self._listener.listening else _POLL_DEAF
+        listener = self._listener
+        if not listener.is_registered(self._tag):
+            if await listener.register(self._tag):
+                return  # look again now that writers notify this tag
+            cap = _POLL_DEAF
+        else:
+            cap = _POLL_LISTENING
         timeout = cap if seconds is None else max(0.0, min(seconds, cap))
-        self._listener.sleeping += 1
+        listener.sleeping += 1
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._event.wait(), timeout)
         finally:
-            self._listener.sleeping -= 1
-
-
-def remaining(deadline: float) -> float:
-    return deadline - time.monotonic()
+            listener.sleeping -= 1
