@@ -7,6 +7,7 @@ in the order the agent code makes them. Events (JSON) and their keys, unique in 
 ``turn/<t>/input``             the user's message (written by :class:`~world_core.Client`)
 ``turn/<t>/step/<n>/intent``   a ``never`` tool is about to run (kind, name, input digest)
 ``turn/<t>/step/<n>/outcome``  the step's result (or a blob reference), with its identity
+``turn/<t>/step/<n>/doc/<d>``  document ``d`` as step ``n``'s tool left it (see Documents)
 ``turn/<t>/reply``             the final reply; the turn is finished
 =============================  ==============================================================
 
