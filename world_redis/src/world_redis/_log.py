@@ -102,7 +102,8 @@ class RedisLog(Log):
                 nonce(),
             ]
         with translate("log append"):
-            result: list[Any] = await self._conn.run(S.APPEND, keys, args)
+            script = S.APPEND_OUTBOX if messages else S.APPEND
+            result: list[Any] = await self._conn.run(script, keys, args)
         tag = result[0]
         if tag == b"conflict":
             actual = int(result[1])

@@ -253,15 +253,7 @@ return 1
 """,
 )
 
-# Log keys: X the events (a Redis stream, entry id "<seq>-0", fields d=data [k=key]),
-# K key -> seq, M meta (st: status, r: registered in the namespace registry, cluster only).
-# On a single node KEYS[4], KEYS[5] are the namespace registry and status index and are
-# updated in the same script; in a cluster they live in other slots (see _log).
-APPEND = Script(
-    "append",
-    _PRELUDE
-    + _QUEUE
-    + r"""
+_APPEND_BODY = r"""
 -- ARGV: expect_tail ('' none), has_status, status, log_id, indexed, n, n*(key, data),
 --       m, m*(payload, delay_us, dedup, max_attempts, nonce); outbox queue keys from KEYS[6],
 --       10 each.
@@ -304,6 +296,9 @@ if indexed then
 elseif not redis.call('HGET', M, 'r') then
   registered = 0
 end
+"""
+
+_OUTBOX = r"""
 local pos = 7 + 2 * n
 local m = tonumber(ARGV[pos])
 if m > 0 then
@@ -313,9 +308,18 @@ if m > 0 then
     q_enqueue(qk(6 + 10 * j), now, ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4])
   end
 end
+"""
+
+_APPEND_RETURN = r"""
 return {'ok', tail + n, registered}
-""",
-)
+"""
+
+# Log keys: X the events (a Redis stream, entry id "<seq>-0", fields d=data [k=key]),
+# K key -> seq, M meta (st: status, r: registered in the namespace registry, cluster only).
+# On a single node KEYS[4], KEYS[5] are the namespace registry and status index and are
+# updated in the same script; in a cluster they live in other slots (see _log).
+APPEND = Script("append", _PRELUDE + _APPEND_BODY + _APPEND_RETURN)
+APPEND_OUTBOX = Script("append_outbox", _PRELUDE + _QUEUE + _APPEND_BODY + _OUTBOX + _APPEND_RETURN)
 
 LOG_GET = Script(
     "log_get",
