@@ -41,6 +41,14 @@ Durability is Redis' own; an acknowledged call is only as durable as the server'
   can run a ``never`` tool twice). Replicas and failover add their own window: ``WAIT`` is not
   used, so a failover may lose writes the old primary acknowledged.
 
+Whatever the persistence, set ``maxmemory-policy noeviction``: any evicting policy may drop a
+log, queue or stream key silently. With ``noeviction`` a full server refuses writes, which
+surface as BackendUnavailableError.
+
+Quirk: ``Log.watch`` and ``Stream.read`` follow entry ids, so a watcher or reader that outlives
+a ``delete`` of its log or stream does not see the re-created one until it passes its old
+position; open a new watcher after deleting.
+
 Calls never retry on their own: a dropped connection raises BackendUnavailableError and the
 outcome of a write is then unknown (use ``expect_tail`` or event keys to retry safely).
 """

@@ -30,7 +30,7 @@ from world_redis._queue import micros, nonce
 
 __all__ = ["RedisLog"]
 
-_WATCH_COUNT = 100
+_WATCH_COUNT = 32  # events may be large: bound one reply
 _SCAN_BATCH = 200
 
 

@@ -14,7 +14,7 @@ from world_redis._log import _xread_entries
 
 __all__ = ["RedisStream"]
 
-_READ_COUNT = 256
+_READ_COUNT = 64  # chunks may be large: bound one reply
 
 
 class RedisStream(Stream):
