@@ -314,7 +314,7 @@ async def _registry_repair(rworld: RedisWorld) -> None:
     assert rworld.cluster
     # An append whose process died after the commit and before the registry write:
     keys = list(rworld._keys.log("lost"))
-    reply = await rworld._conn.run(S.APPEND, keys, ["", "0", "", "lost", "0", 1, "", b"x", 0])
+    reply = await rworld._conn.run(S.APPEND, keys, ["", "", "lost", 1, "", b"x"])
     assert reply[0] == b"ok"
     assert (await rworld.log.list_logs()).items == []
     await rworld.log.append("lost", [NewEvent(data=b"y")])

@@ -79,19 +79,17 @@ class RedisLog(Log):
                 "this RedisWorld runs on Redis Cluster, where a log and a queue live in "
                 "different slots: no outbox. Enqueue after the append, idempotently."
             )
-        indexed = not self._conn.cluster
         keys = self._log_keys(log_id)
         args: list[Arg] = [
             "" if expect_tail is None else expect_tail,
-            "0" if status is None else "1",
             status or "",
             log_id,
-            "1" if indexed else "0",
             len(events),
         ]
         for event in events:
             args += [event.key or "", event.data]
-        args.append(len(messages))
+        if messages:
+            args.append(len(messages))
         for message in messages:
             keys += self._keys.queue(message.queue)
             args += [

@@ -254,15 +254,16 @@ return 1
 )
 
 _APPEND_BODY = r"""
--- ARGV: expect_tail ('' none), has_status, status, log_id, indexed, n, n*(key, data),
---       m, m*(payload, delay_us, dedup, max_attempts, nonce); outbox queue keys from KEYS[6],
---       10 each.
+-- ARGV: expect_tail ('' none), status ('' none), log_id, n, n*(key ('' none), data)
+--       [, m, m*(payload, delay_us, dedup, max_attempts, nonce)]: the outbox variant only,
+--       its queue keys from KEYS[6], 10 each. Indexed (single node) when KEYS[4], KEYS[5] are
+--       given: the namespace registry and status index.
 local X, K, M = KEYS[1], KEYS[2], KEYS[3]
 local tail = redis.call('XLEN', X)
 if ARGV[1] ~= '' and tonumber(ARGV[1]) ~= tail then return {'conflict', tail} end
-local n = tonumber(ARGV[6])
+local n = tonumber(ARGV[4])
 for i = 0, n - 1 do
-  local key = ARGV[7 + 2 * i]
+  local key = ARGV[5 + 2 * i]
   if key ~= '' then
     local seq = redis.call('HGET', K, key)
     if seq then
@@ -272,7 +273,7 @@ for i = 0, n - 1 do
   end
 end
 for i = 0, n - 1 do
-  local key, data = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+  local key, data = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
   local id = fmt(tail + i + 1) .. '-0'
   if key ~= '' then
     redis.call('XADD', X, id, 'd', data, 'k', key)
@@ -281,13 +282,13 @@ for i = 0, n - 1 do
     redis.call('XADD', X, id, 'd', data)
   end
 end
-local log_id, indexed = ARGV[4], ARGV[5] == '1'
-if ARGV[2] == '1' then
+local status, log_id, indexed = ARGV[2], ARGV[3], #KEYS >= 5
+if status ~= '' then
   local old = redis.call('HGET', M, 'st')
-  redis.call('HSET', M, 'st', ARGV[3])
-  if indexed and old ~= ARGV[3] then
+  redis.call('HSET', M, 'st', status)
+  if indexed and old ~= status then
     if old then redis.call('ZREM', KEYS[5], old .. '\0' .. log_id) end
-    redis.call('ZADD', KEYS[5], 0, ARGV[3] .. '\0' .. log_id)
+    redis.call('ZADD', KEYS[5], 0, status .. '\0' .. log_id)
   end
 end
 local registered = 1
@@ -299,7 +300,7 @@ end
 """
 
 _OUTBOX = r"""
-local pos = 7 + 2 * n
+local pos = 5 + 2 * n
 local m = tonumber(ARGV[pos])
 if m > 0 then
   local now = now_us()
