@@ -7,7 +7,12 @@ by the factory is changed, in plain sight.
 
 from __future__ import annotations
 
+import inspect
+import random
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, cast
+
+import anyio
 
 import world_local
 from world_core import (
@@ -273,3 +278,38 @@ async def negative_start_ignored(*, url: str | None = None, namespace: str = "de
 
 async def hides_outbox(*, url: str | None = None, namespace: str = "default") -> World:
     return _HidesOutbox(await _local(url, namespace))
+
+
+class _Slow:
+    """Not a fault: every call of ``inner`` (and every item of its iterators) is delayed by a
+    random 0 to 20 ms, as on a loaded machine or a distant server."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if inspect.iscoroutinefunction(attr):
+
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                await anyio.sleep(random.uniform(0, 0.02))
+                return await attr(*args, **kwargs)
+
+            return call
+        if callable(attr):
+
+            async def follow(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+                async for item in attr(*args, **kwargs):
+                    await anyio.sleep(random.uniform(0, 0.02))
+                    yield item
+
+            return follow
+        return attr
+
+
+async def slow(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.log = cast(Log, _Slow(world.inner.log))
+    world.queue = cast(Queue, _Slow(world.inner.queue))
+    world.stream = cast(Stream, _Slow(world.inner.stream))
+    return world

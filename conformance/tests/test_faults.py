@@ -66,3 +66,23 @@ def test_control_passes_on_local(pytester: pytest.Pytester, test: str) -> None:
     pytester.makepyfile(test_faulty=CLASS.format(name="local"))
     result = _run(pytester, test)
     result.assert_outcomes(passed=1)
+
+
+SLOW_TESTS = [
+    "test_log_concurrent_appenders_dense",
+    "test_log_watch_during_concurrent_appends",
+    "test_log_watch_before_log_exists",
+    "test_queue_lease_expiry_redelivers",
+    "test_queue_claim_wait_woken_by_enqueue",
+    "test_queue_concurrent_claimers_never_share",
+    "test_stream_reader_before_writer",
+    "test_stream_close_races_writers",
+    "test_stream_concurrent_writers_expect_next",
+]
+
+
+@pytest.mark.parametrize("test", SLOW_TESTS)
+def test_slow_world_still_passes(pytester: pytest.Pytester, test: str) -> None:
+    """The contracts assert outcomes, not speed: a World delaying every call still passes."""
+    pytester.makepyfile(test_faulty=CLASS.format(name="faulty_worlds:slow"))
+    _run(pytester, test).assert_outcomes(passed=1)
