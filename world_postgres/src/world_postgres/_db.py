@@ -117,8 +117,6 @@ def translate(what: str, where: str) -> Iterator[None]:
         OSError,
         TimeoutError,
     ) as exc:
-        if isinstance(exc, asyncpg.InterfaceError) and "pool is clos" in str(exc):
-            raise ClosedError(f"{what}: this World is closed; open a new one") from exc
         if is_transient(exc):
             raise BackendUnavailableError(
                 f"{what}: PostgreSQL at {where} is unavailable "
@@ -129,6 +127,60 @@ def translate(what: str, where: str) -> Iterator[None]:
             f"{what}: PostgreSQL at {where} failed ({exc.__class__.__name__}: {exc}); "
             "this is a bug in world-postgres or a changed schema, please report it"
         ) from exc
+
+
+class _Pool:
+    """Idle connections on a stack, at most ``size`` in use.
+
+    asyncpg's own pool runs a reset query on every release and hands each release to a task,
+    which together cost about as much as the INSERT an append is compared with. This one
+    keeps no session state to reset: a connection comes back only after a clean call, and is
+    dropped after a fault, a cancellation, or an open transaction.
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[Conn]], size: int) -> None:
+        self._connect = connect
+        self._idle: list[Conn] = []
+        self._busy: set[Conn] = set()
+        self._slots = asyncio.Semaphore(size)
+        self.closed = False
+
+    async def acquire(self, within: float) -> Conn:
+        if self._slots.locked():
+            await asyncio.wait_for(self._slots.acquire(), within)
+        else:
+            await self._slots.acquire()  # free: returns without suspending
+        try:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.is_closed():
+                    break
+            else:
+                conn = await self._connect()
+        except BaseException:
+            self._slots.release()
+            raise
+        self._busy.add(conn)
+        return conn
+
+    def release(self, conn: Conn, *, reuse: bool) -> None:
+        self._busy.discard(conn)
+        if reuse and not self.closed and not conn.is_closed() and not conn.is_in_transaction():
+            self._idle.append(conn)
+        else:
+            conn.terminate()
+        self._slots.release()
+
+    async def close(self) -> None:
+        self.closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            try:
+                await asyncio.wait_for(conn.close(), 2.0)
+            except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                conn.terminate()
+        for conn in list(self._busy):
+            conn.terminate()
 
 
 class Database:
@@ -161,8 +213,7 @@ class Database:
         self.pool_size = pool_size
         self.retry_seconds = retry_seconds
         self.connect_timeout = connect_timeout
-        self._pool: Any = None
-        self._closed = False
+        self._pool = _Pool(self.connect, pool_size)
 
     def sql(self, text: str) -> str:
         """``text`` with ``@s@`` replaced by the schema (the only name spliced into SQL)."""
@@ -174,33 +225,15 @@ class Database:
             .replace("@kr@", str(self.waiters_class))
         )
 
-    async def connect(self, **kwargs: Any) -> Conn:
-        """A connection outside the pool (the listener's)."""
+    async def connect(self) -> Conn:
+        """A new connection (for the pool, and the listener's)."""
         return await asyncpg.connect(
             self.url,
             timeout=self.connect_timeout,
             server_settings={"application_name": "world_postgres"},
-            **kwargs,
         )
 
     async def open(self) -> None:
-        deadline = time.monotonic() + self.retry_seconds
-        while True:
-            try:
-                with translate("open", self.where):
-                    self._pool = await asyncpg.create_pool(
-                        self.url,
-                        min_size=1,
-                        max_size=self.pool_size,
-                        timeout=self.connect_timeout,
-                        max_inactive_connection_lifetime=60.0,
-                        server_settings={"application_name": "world_postgres"},
-                    )
-                break
-            except BackendUnavailableError:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(0.2)
         try:
             await self.run("open", self._check_and_migrate)
         except BaseException:
@@ -208,13 +241,7 @@ class Database:
             raise
 
     async def close(self) -> None:
-        self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            try:
-                await asyncio.wait_for(pool.close(), timeout=5.0)
-            except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-                pool.terminate()
+        await self._pool.close()
 
     async def run(self, what: str, op: Callable[[Conn, bool], Awaitable[T]]) -> T:
         """Run ``op(connection, retried)``, retrying transient faults for ``retry_seconds``."""
@@ -222,39 +249,44 @@ class Database:
         retried = False
         delay = 0.05
         remigrated = 0
+        pool = self._pool
         while True:
-            if self._closed or self._pool is None:
+            if pool.closed:
                 raise ClosedError(f"{what}: this World is closed; open a new one")
             try:
                 with translate(what, self.where):
+                    conn = await pool.acquire(self.connect_timeout)
+                    reuse = False
                     try:
-                        async with self._pool.acquire(timeout=self.connect_timeout) as conn:
-                            try:
-                                return await op(conn, retried)
-                            except Exception as exc:
-                                if is_transient(exc) and _sqlstate(exc) not in _TRANSIENT_STATES:
-                                    # Never hand a connection in doubt back to the pool.
-                                    conn.terminate()
-                                raise
+                        result = await op(conn, retried)
+                        reuse = True
+                        return result
                     except Exception as exc:
-                        if is_missing(exc) and remigrated < 3:
-                            # Another World purged the namespace: recreate it and go again.
-                            remigrated += 1
-                            async with self._pool.acquire(timeout=self.connect_timeout) as conn:
-                                await self._migrate(conn)
-                            retried = True
-                            continue
-                        raise
+                        # A connection in doubt never goes back to the pool.
+                        reuse = not is_transient(exc) or _sqlstate(exc) in _TRANSIENT_STATES
+                        if not (is_missing(exc) and remigrated < 3):
+                            raise
+                    finally:
+                        pool.release(conn, reuse=reuse)
+                    # Another World purged the namespace: recreate it and go again.
+                    remigrated += 1
+                    conn = await pool.acquire(self.connect_timeout)
+                    reuse = False
+                    try:
+                        await self._migrate(conn)
+                        reuse = True
+                    finally:
+                        pool.release(conn, reuse=reuse)
+                    retried = True
             except BackendUnavailableError as exc:
                 cause = exc.__cause__
-                if self._closed:
+                if pool.closed:
                     raise ClosedError(f"{what}: this World is closed; open a new one") from cause
                 if cause is None or not is_transient(cause) or time.monotonic() >= deadline:
                     raise
                 log.info("%s: retrying after %s", what, cause.__class__.__name__)
                 retried = True
-                state = _sqlstate(cause)
-                if state not in _TRANSIENT_STATES:
+                if _sqlstate(cause) not in _TRANSIENT_STATES:
                     await asyncio.sleep(delay * (0.5 + random.random()))
                     delay = min(delay * 2, 1.0)
 
