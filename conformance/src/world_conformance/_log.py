@@ -66,6 +66,19 @@ class LogContract(ContractBase):
         assert await log.tail("l") == 4
         assert await log.info("l") == LogInfo(log_id="l", tail=4, status=None)
 
+    async def test_log_long_backlog(self, world: World) -> None:
+        """More events than any internal page of a driver: read, read windows and watch all
+        return the whole backlog in order."""
+        total = 1200
+        for start in range(0, total, 200):
+            await world.log.append("long", _events(*(b"%d" % i for i in range(start, start + 200))))
+        events = await world.log.read("long")
+        assert [e.seq for e in events] == list(range(1, total + 1))
+        assert [e.data for e in events] == [b"%d" % i for i in range(total)]
+        window = await world.log.read("long", after=500, limit=600)
+        assert [e.seq for e in window] == list(range(501, 1101))
+        assert await take(world.log.watch("long", after=100), total - 100) == events[100:]
+
     async def test_log_read_limit_refused(self, world: World) -> None:
         await world.log.append("l", _events(b"a"))
         for bad in (0, -1):
@@ -241,6 +254,15 @@ class LogContract(ContractBase):
         assert [i.log_id for i in even_run] == sorted(i for i in ids[::2] if i.startswith("run/"))
         assert await _all_logs(world, prefix="nothing") == []
         assert await _all_logs(world, status="none-such") == []
+
+    async def test_log_list_default_page(self, world: World) -> None:
+        for index in range(130):
+            await world.log.append(f"log-{index:03d}", _events(b"x"))
+        first = await world.log.list_logs()
+        assert 0 < len(first.items) <= 100
+        assert first.next_cursor is not None, "130 logs do not fit a page of 100"
+        listed = [i.log_id for i in await _all_logs(world, limit=MAX_LIST_LIMIT)]
+        assert listed == [f"log-{index:03d}" for index in range(130)]
 
     async def test_log_list_prefix_is_literal(self, world: World) -> None:
         """Prefix characters that mean something to LIKE, regexes, globs or key patterns match

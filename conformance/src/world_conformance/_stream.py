@@ -35,6 +35,17 @@ class StreamContract(ContractBase):
         assert await drain(stream.read("s", start=3)) == []
         assert await drain(stream.read("s", start=10)) == []
 
+    async def test_stream_long(self, world: World) -> None:
+        total = 1200
+        for start in range(0, total, 200):
+            await world.stream.write("long", [b"%d" % i for i in range(start, start + 200)])
+        assert await take(world.stream.read("long", start=-total), total) == [
+            Chunk(index=i, data=b"%d" % i) for i in range(total)
+        ]
+        await world.stream.close("long")
+        chunks = await drain(world.stream.read("long", start=700))
+        assert [c.index for c in chunks] == list(range(700, total))
+
     async def test_stream_empty_write_refused(self, world: World) -> None:
         with pytest.raises(InvalidArgumentError):
             await world.stream.write("s", [])
