@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 from world_core.errors import (
+    BackendUnavailableError,
     ConflictError,
     DuplicateKeyError,
     InvalidArgumentError,
@@ -29,6 +31,8 @@ from world_redis._keys import Keys
 from world_redis._queue import micros, nonce
 
 __all__ = ["RedisLog"]
+
+_logger = logging.getLogger("world_redis")
 
 _WATCH_COUNT = 32  # events may be large: bound one reply
 _SCAN_BATCH = 200
@@ -127,11 +131,21 @@ class RedisLog(Log):
     async def _register(self, log_id: str) -> None:
         # Cluster only: the registry is another slot, written after the append committed.
         # The log stays unmarked until the registry write succeeded, so the next append to it
-        # repairs a registry entry lost to a crash in between.
-        with translate("log registry update"):
-            await self._conn.command("ZADD", self._keys.registry, 0, log_id)
-            x, _, m = self._keys.log(log_id)
-            await self._conn.run(S.LOG_MARK_REGISTERED, [x, m], [])
+        # repairs a registry entry lost to a crash or a failure here. The append itself has
+        # committed, so a failure here must not be reported as a failed append (a retry
+        # without a key would append twice).
+        try:
+            with translate("log registry update"):
+                await self._conn.command("ZADD", self._keys.registry, 0, log_id)
+                x, _, m = self._keys.log(log_id)
+                await self._conn.run(S.LOG_MARK_REGISTERED, [x, m], [])
+        except BackendUnavailableError as exc:
+            _logger.warning(
+                "log %r committed but the list_logs registry was not updated (%s); "
+                "the next append to it repairs that",
+                log_id,
+                exc,
+            )
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         validate_id(log_id, "log_id")
