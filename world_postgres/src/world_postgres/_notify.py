@@ -46,6 +46,7 @@ class Listener:
         self._conn: Any = None
         self._conn_lock = asyncio.Lock()
         self._registered: set[str] = set()
+        self._chores: set[asyncio.Task[None]] = set()
         self._listening = asyncio.Event()
         self._closed = False
         self.reconnects = 0
@@ -74,7 +75,13 @@ class Listener:
                 if not waiters:
                     del self._waiters[tag]
                     if tag in self._registered and not self._closed:
-                        asyncio.get_running_loop().create_task(self._unregister(tag))
+                        try:
+                            loop = asyncio.get_running_loop()
+                        except RuntimeError:  # a generator finalised after its loop ended
+                            return
+                        chore = loop.create_task(self._unregister(tag))
+                        self._chores.add(chore)
+                        chore.add_done_callback(self._chores.discard)
 
     async def ready(self, within: float) -> bool:
         """Start the listener if needed and wait up to ``within`` s until it listens."""
@@ -131,6 +138,8 @@ class Listener:
 
     async def aclose(self) -> None:
         self._closed = True
+        for chore in list(self._chores):
+            chore.cancel()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
