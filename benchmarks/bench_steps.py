@@ -125,8 +125,12 @@ def _dbos_child(url: str, rounds: int) -> None:
 
 
 def dbos(url: str, rounds: int) -> dict[int, float]:
-    command = [sys.executable, __file__, "--dbos-child", url, "--rounds", str(rounds)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    # The URL goes by environment, not argv: a password would show in the process list.
+    command = [sys.executable, __file__, "--dbos-child", "--rounds", str(rounds)]
+    env = {**os.environ, "WORLD_BENCH_DBOS_URL": url}
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, env=env
+    )
     if done.returncode != 0:
         raise RuntimeError(f"DBOS child failed:\n{done.stderr[-3000:]}")
     last = done.stdout.strip().splitlines()[-1]
@@ -158,10 +162,10 @@ def main() -> int:
         "--postgres-url", default=os.environ.get("WORLD_BENCH_POSTGRES_URL", PG_URL)
     )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--dbos-child", help=argparse.SUPPRESS)
+    parser.add_argument("--dbos-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.dbos_child:
-        _dbos_child(args.dbos_child, args.rounds)
+        _dbos_child(os.environ["WORLD_BENCH_DBOS_URL"], args.rounds)
         return 0
 
     installed = {entry.name for entry in list_worlds()}
