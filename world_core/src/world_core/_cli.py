@@ -123,11 +123,9 @@ async def _worker(args: argparse.Namespace) -> int:
 def _add_plugin_commands(sub: Any) -> None:
     for ep in metadata.entry_points(group=COMMANDS_ENTRY_POINT_GROUP):
         try:
-            register = ep.load()
-        except ImportError as exc:
+            ep.load()(sub)
+        except Exception as exc:  # a broken plugin must not take `world worlds` down with it
             print(f"world: warning: command plugin {ep.name!r} not loaded: {exc}", file=sys.stderr)
-            continue
-        register(sub)
 
 
 def _parser() -> argparse.ArgumentParser:
