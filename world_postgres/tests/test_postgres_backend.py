@@ -7,8 +7,9 @@ import itertools
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -26,6 +27,7 @@ from world_core import (
     OutboxMessage,
 )
 from world_postgres import PostgresWorld, connect
+from world_postgres._db import Database
 from world_postgres._schema import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
@@ -412,3 +414,52 @@ async def test_registration_survives_other_waiters_leaving(
         assert got == [b"late"]
     finally:
         await producer.aclose()
+
+
+# --------------------------------------------------------------------------------------------
+# Retries: every write may run again after a lost reply, and must not apply twice
+# --------------------------------------------------------------------------------------------
+
+
+async def test_writes_replayed_after_a_lost_reply_apply_once(
+    pg_world: PostgresWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write runs its operation twice on the real server, the second time as the retry
+    that follows a reply lost after commit; the caller sees the second answer. (A replayed
+    claim leases more messages, whose leases run out: at least once, by design.)"""
+    original = Database.run
+
+    async def replay(self: Database, what: str, op: Callable[[Any, bool], Awaitable[Any]]) -> Any:
+        if what == "claim":
+            return await original(self, what, op)
+        await original(self, what, op)
+        return await original(self, what, lambda conn, _retried: op(conn, True))
+
+    monkeypatch.setattr(Database, "run", replay)
+    log, queue, stream = pg_world.log, pg_world.queue, pg_world.stream
+
+    assert await log.append("l", [NewEvent(data=b"a"), NewEvent(data=b"b", key="k")]) == 2
+    assert await log.append("l", [NewEvent(data=b"c")], expect_tail=2, status="s") == 3
+    assert [e.data for e in await log.read("l")] == [b"a", b"b", b"c"]
+
+    message_id = await queue.enqueue("q", b"m")
+    (lease,) = await queue.claim("q", "w", lease=30, limit=10)
+    assert lease.message_id == message_id
+    lease = await queue.renew(lease, 30)
+    await queue.release(lease)
+    (lease,) = await queue.claim("q", "w", lease=30, limit=10)
+    await queue.ack(lease)
+    assert await queue.claim("q", "w", lease=30, limit=10) == []
+
+    await queue.enqueue("dead", b"d", max_attempts=1)
+    (lease,) = await queue.claim("dead", "w", lease=30)
+    await queue.release(lease)  # the last attempt: dead-lettered
+    (letter,) = await queue.dead_letters("dead")
+    await queue.requeue("dead", letter.message_id)
+    assert len(await queue.claim("dead", "w", lease=30, limit=10)) == 1
+
+    assert await stream.write("s", [b"1", b"2"]) == 2
+    assert await stream.write("s", [b"3"], expect_next=2) == 3
+    await stream.close("s")
+    monkeypatch.setattr(Database, "run", original)
+    assert [c.data async for c in stream.read("s")] == [b"1", b"2", b"3"]
