@@ -10,8 +10,9 @@
 # as root its tools run as the postgres user.
 #
 # stdout: KEY=VALUE lines only (WORLD_TEST_POSTGRES_URL=...); logs go to stderr.
-# A started cluster writes <statedir>/postgres.pid (the postmaster) and <statedir>/postgres.log;
-# stop it with: kill -INT "$(cat <statedir>/postgres.pid)"   (fast shutdown; data in <statedir>)
+# A started cluster keeps its data and socket in <statedir>/postgres/ and writes
+# <statedir>/postgres.pid (the postmaster) and <statedir>/postgres.log. Stop it with
+# kill "$(cat <statedir>/postgres.pid)" (smart shutdown) or kill -INT (fast).
 set -euo pipefail
 
 log() { echo "postgres.sh: $*" >&2; }
@@ -61,17 +62,21 @@ as_pg() {
 
 port=$(python3 -c 'import socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-data="$statedir/pgdata"
-sock="$statedir/sock"
-mkdir -p "$sock"
-if [[ $(id -u) -eq 0 ]]; then chown postgres: "$statedir" "$sock"; fi
+home="$statedir/postgres"
+data="$home/data"
+mkdir -p "$home"
+touch "$statedir/postgres.log"
+if [[ $(id -u) -eq 0 ]]; then
+    chown postgres: "$home" "$statedir/postgres.log"
+    chmod a+x "$statedir"  # the postgres user must reach its folder (mktemp -d makes 0700)
+fi
 if [[ ! -f $data/PG_VERSION ]]; then
     log "initdb $data"
     as_pg "$bindir/initdb" -D "$data" -U postgres -A trust -E UTF8 --no-sync >&2
 fi
 log "starting $bindir/postgres on 127.0.0.1:$port"
 as_pg "$bindir/pg_ctl" -D "$data" -l "$statedir/postgres.log" -w -t 60 \
-    -o "-h 127.0.0.1 -p $port -k $sock -c fsync=off -c max_connections=200" start >&2
+    -o "-h 127.0.0.1 -p $port -k $home -c fsync=off -c max_connections=200" start >&2
 head -1 "$data/postmaster.pid" >"$statedir/postgres.pid"
 log "postmaster pid $(cat "$statedir/postgres.pid") (log: $statedir/postgres.log)"
 
