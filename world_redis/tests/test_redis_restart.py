@@ -84,7 +84,6 @@ async def test_writer_and_watcher_across_a_restart_lose_nothing_acknowledged(
     resumes after its BackendUnavailableError sees every event once, in order."""
     world = await _open(durable_server)
     acknowledged: list[str] = []
-    errors: list[BaseException] = []
     watched: list[int] = []
     written_enough = anyio.Event()
     restarted = anyio.Event()
@@ -100,9 +99,9 @@ async def test_writer_and_watcher_across_a_restart_lose_nothing_acknowledged(
                     await world.log.append("log", [NewEvent(data=key.encode(), key=key)])
                 except DuplicateKeyError:
                     pass  # the earlier, unacknowledged try did commit
-                except BackendUnavailableError as exc:
-                    errors.append(exc)
-                    await anyio.sleep(0.05)  # server down: back off, retry the same key
+                except BackendUnavailableError:
+                    # Server down: back off, retry the same key. Any other error fails the test.
+                    await anyio.sleep(0.05)
                     continue
                 acknowledged.append(key)
                 n += 1
@@ -140,7 +139,6 @@ async def test_writer_and_watcher_across_a_restart_lose_nothing_acknowledged(
                     caught_up.set()
                 await caught_up.wait()
                 tg.cancel_scope.cancel()
-        assert all(isinstance(exc, BackendUnavailableError) for exc in errors)
         events = await world.log.read("log")
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         keys = [e.key for e in events]
