@@ -94,10 +94,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                 k integer := ('x' || substr(p_tag, 2, 8))::bit(32)::integer;
             BEGIN
                 PERFORM pg_advisory_xact_lock_shared(@kw@, k);
-                IF pg_try_advisory_lock(@kr@, k) THEN
-                    PERFORM pg_advisory_unlock(@kr@, k);
-                ELSE
+                -- IF conditions, not PERFORM: plpgsql evaluates them without the executor.
+                IF NOT pg_try_advisory_lock(@kr@, k) THEN
                     PERFORM pg_notify(@channel@, p_tag);
+                ELSIF NOT pg_advisory_unlock(@kr@, k) THEN
+                    RAISE EXCEPTION 'wake: advisory lock vanished';
                 END IF;
             END
             $fn$
@@ -121,8 +122,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                 t bigint;
                 n integer := cardinality(p_data);
                 q text;
+                k integer := ('x' || substr(p_tag, 2, 8))::bit(32)::integer;
             BEGIN
-                PERFORM pg_advisory_xact_lock_shared(hashtext(@s_literal@), hashtext(p_log));
+                -- The second lock is wake()'s writer lock, taken here with the first.
+                PERFORM pg_advisory_xact_lock_shared(hashtext(@s_literal@), hashtext(p_log)),
+                        pg_advisory_xact_lock_shared(@kw@, k);
                 IF p_retry THEN
                     SELECT e.seq INTO o_tail FROM @s@.events e
                     WHERE e.log_id = p_log AND e.batch = p_batch;
@@ -158,7 +162,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                         PERFORM @s@.wake(q);
                     END LOOP;
                 END IF;
-                PERFORM @s@.wake(p_tag);
+                IF NOT pg_try_advisory_lock(@kr@, k) THEN  -- wake(p_tag), inline
+                    PERFORM pg_notify(@channel@, p_tag);
+                ELSIF NOT pg_advisory_unlock(@kr@, k) THEN
+                    RAISE EXCEPTION 'append: advisory lock vanished';
+                END IF;
                 o_tail := t + n;
             END
             $fn$
