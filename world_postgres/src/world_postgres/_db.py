@@ -216,7 +216,10 @@ class Database:
         self._pool = _Pool(self.connect, pool_size)
 
     def sql(self, text: str) -> str:
-        """``text`` with ``@s@`` replaced by the schema (the only name spliced into SQL)."""
+        """``text`` with its placeholders filled: the schema (``@s@``, and ``@s_literal@`` as a
+        string), the NOTIFY channel and the advisory-lock classes. These, all derived from the
+        validated namespace, are the only values ever spliced into SQL; the rest are
+        parameters."""
         return (
             text.replace("@s@", self.schema)
             .replace("@s_literal@", quote_literal(self.schema_name))
