@@ -16,7 +16,7 @@ from world_conformance import WorldContract
 class TestFaulty(WorldContract):
     world_name = {name!r}
     model_settings = settings(
-        max_examples=12,
+        max_examples=40,  # more than the default 12: a missed fault would fail this check
         stateful_step_count=25,
         deadline=None,
         database=None,

@@ -240,6 +240,13 @@ def world_state_machine(world: World) -> type[RuleBasedStateMachine]:
                 self.live_key[(queue, dedup)] = message_id
                 self.key_of[message_id] = (queue, dedup)
 
+        @precondition(lambda self: bool(self.live_key))
+        @rule(pick=st.integers(0, 50), payload=DATA)
+        def enqueue_duplicate(self, pick: int, payload: bytes) -> None:
+            (queue, key), message_id = sorted(self.live_key.items())[pick % len(self.live_key)]
+            again = self.call(partial(world.queue.enqueue, queue, payload, dedup_key=key))
+            assert again == message_id, "a live dedup key gave a new message"
+
         @rule(name=QUEUES, limit=st.integers(1, 3))
         def claim(self, name: str, limit: int) -> None:
             queue = self.prefix + name
