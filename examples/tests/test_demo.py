@@ -48,6 +48,11 @@ def test_world_demo_json_on_the_default_world(tmp_path: Path) -> None:
         assert point["repeated_model_calls"] == 0, point
         assert point["emails"] == 1, point
         assert point["reply_matches"] is True, point
+        # The zero counts against real records: the model steps (0, 2, 4) before the crash
+        # were journaled, and the fresh worker did make the model calls after it.
+        step = int(point["crash_at"].split(":")[0])
+        assert point["finished_model_steps"] == len([m for m in (0, 2, 4) if m < step]), point
+        assert point["replay_model_calls"] >= 1, point
     wrong = report["relabelled"]
     assert wrong["send_email_replay"] == "safe"
     assert wrong["crash_at"] == "3:after_run"

@@ -183,6 +183,9 @@ class JournalContract(ContractBase):
             done = await _replacement(world, queue, make_agent(journal_effects, model=model))
             repeated = sum(digest_of(r.model_dump(mode="json")) in finished for r in model.calls)
             rows[crash_at] = (repeated, len(effects(journal_effects, session)), done.reply == REPLY)
+            # Teeth: the model steps before the crash (0, 2, 4 are model steps) were journaled,
+            # so "repeated" counts against real records, not an empty journal.
+            assert len(finished) == len([m for m in (0, 2, 4) if m < int(crash_at[0])]), crash_at
 
         async with anyio.create_task_group() as tg:
             for index, crash_at in enumerate(CRASH_POINTS):

@@ -48,6 +48,8 @@ class CrashRow:
     repeated_model_calls: int
     emails: int
     reply_matches: bool
+    finished_model_steps: int
+    replay_model_calls: int
 
 
 @dataclass
@@ -129,7 +131,8 @@ async def _crash_point(
     status, _ = await _worker(ctx, queue, {**env, "CRASH_AT": crash_at})
     finished = await _finished_model_digests(ctx.world, session)
     _, pid = await _worker(ctx, queue, env)
-    repeated = sum(1 for digest in _calls_by(ctx, pid) if digest in finished)
+    calls = _calls_by(ctx, pid)
+    repeated = sum(1 for digest in calls if digest in finished)
     reply = await client.reply(session, TURN)
     return CrashRow(
         crash_at=crash_at,
@@ -138,16 +141,22 @@ async def _crash_point(
         repeated_model_calls=repeated,
         emails=len(ctx.inbox.messages(session)),
         reply_matches=reply == clean_reply,
+        finished_model_steps=len(finished),
+        replay_model_calls=len(calls),
     )
 
 
 def _print_table(rows: list[CrashRow], out: TextIO) -> None:
-    out.write(f"{'crash at':<14}{'step':<18}{'repeated model calls':>22}{'emails':>8}  reply\n")
+    out.write(
+        f"{'crash at':<14}{'step':<18}{'journaled':>10}{'replay':>8}{'repeated':>10}"
+        f"{'emails':>8}  reply\n"
+    )
     for row in rows:
         note = "" if row.crashed else "  (did not crash)"
         reply = "identical" if row.reply_matches else "DIFFERENT"
         out.write(
-            f"{row.crash_at:<14}{row.step:<18}{row.repeated_model_calls:>22}{row.emails:>8}"
+            f"{row.crash_at:<14}{row.step:<18}{row.finished_model_steps:>10}"
+            f"{row.replay_model_calls:>8}{row.repeated_model_calls:>10}{row.emails:>8}"
             f"  {reply}{note}\n"
         )
 
@@ -225,6 +234,9 @@ async def _run(ctx: _Context, as_json: bool) -> int:
         print(json.dumps(report, indent=2))
     else:
         print()
+        print("journaled: model calls whose outcome was in the journal when the worker died")
+        print("replay:    model calls the fresh worker made")
+        print("repeated:  replay calls the journal already held (target 0)")
         _print_table(ordered, sys.stdout)
         print()
         print("send_email relabelled safe (wrong):")
