@@ -190,7 +190,7 @@ async def test_lost_lease_cancels_the_turn(world: World, folder: str) -> None:
     async def stall(label: str) -> str:
         """Block the event loop (deliberately: no renewal can run), then wait."""
         inside.set()
-        time.sleep(3)  # noqa: ASYNC251  - the stall under test
+        time.sleep(6)  # noqa: ASYNC251  - the stall under test (lease 1 s: margin for the thief)
         await anyio.sleep_forever()
         return label
 
