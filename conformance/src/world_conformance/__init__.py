@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from world_conformance._stream import StreamContract
     from world_conformance._target import WorldTarget
     from world_conformance._world import WorldContract
+    from world_conformance.journal import JournalContract
 
 __all__ = [
     "BAD_IDENTIFIERS",
@@ -45,6 +46,7 @@ __all__ = [
     "PAYLOADS",
     "ContractBase",
     "IsolationContract",
+    "JournalContract",
     "LifecycleContract",
     "LogContract",
     "ModelContract",
@@ -64,6 +66,7 @@ _HOME = {
     "PAYLOADS": "_payload",
     "ContractBase": "_base",
     "IsolationContract": "_isolation",
+    "JournalContract": "journal",
     "LifecycleContract": "_lifecycle",
     "LogContract": "_log",
     "ModelContract": "_model",
