@@ -443,6 +443,27 @@ class Journal:
         run: Callable[[int], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
         n = self._claim_position(kind, name, digest, preview)
+        try:
+            return await self._take(n, kind, name, digest, preview, replay, run)
+        except BaseException:
+            # The step raised (a model client's error, a cancelled tool, a blob write) and
+            # recorded no outcome: code that calls again is at step n again. Going on at n + 1
+            # would leave a hole that a replay fills with a second call (a model billed twice,
+            # then a divergence). A never intent written here makes the retry an interrupted
+            # call, as the rules say. After a failed append the Journal is unusable anyway.
+            self._next = n
+            raise
+
+    async def _take(
+        self,
+        n: int,
+        kind: str,
+        name: str,
+        digest: str,
+        preview: object,
+        replay: Replay,
+        run: Callable[[int], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
         identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:

@@ -1,0 +1,79 @@
+"""Review findings: interleavings the journal's rules must survive, on the local World."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from world_core import (
+    Client,
+    Journal,
+    ModelReply,
+    ModelRequest,
+    World,
+    open_world,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world("local", url=str(tmp_path / "world"), namespace="review") as opened:
+        yield opened
+
+
+@pytest.fixture
+async def turn(world: World) -> str:
+    return await Client(world).submit("s", "hello", turn_id="t")
+
+
+class FlakyModel:
+    """Fails its first ``failures`` calls (a 429, a timeout), then answers."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("429 Too Many Requests")
+        return ModelReply(content=f"answer to {len(request.messages)} messages")
+
+
+async def retrying_turn(journal: Journal, model: Any, *, finish: bool = True) -> str:
+    """Agent code with the usual retry around the model call; ``finish=False`` stops (as a
+    crash would) right after the model call is recorded."""
+    request = ModelRequest(messages=[{"role": "user", "content": journal.user_message}])
+    for _ in range(3):
+        try:
+            reply = await journal.model(model, request)
+            break
+        except RuntimeError:
+            continue
+    else:
+        raise AssertionError("the model never answered")
+    return await journal.finish(reply.content or "") if finish else reply.content or ""
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["finished", "crashed-before-reply"])
+async def test_a_failed_model_call_retried_by_the_code_keeps_its_step(
+    world: World, turn: str, finished: bool
+) -> None:
+    """A call that raised recorded nothing: the retry is the same step, so a replay reads
+    the answer back instead of paying for it again and then diverging."""
+    first = await Journal.open(world, "s", turn)
+    reply = await retrying_turn(first, FlakyModel(failures=1), finish=finished)
+    off = FlakyModel(failures=1_000_000)  # the model client switched off
+    replay = await Journal.open(world, "s", turn)
+    assert await retrying_turn(replay, off) == reply
+    assert off.calls == 0
