@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from world_core import (
     ModelRequest,
     World,
     open_world,
+    tool,
 )
 
 pytestmark = pytest.mark.anyio
@@ -77,3 +79,30 @@ async def test_a_failed_model_call_retried_by_the_code_keeps_its_step(
     replay = await Journal.open(world, "s", turn)
     assert await retrying_turn(replay, off) == reply
     assert off.calls == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"score": math.nan}, {"ratio": math.inf}],
+    ids=["nan", "inf"],
+)
+async def test_a_never_tool_returning_unencodable_json_records_an_error_outcome(
+    world: World, turn: str, value: Any
+) -> None:
+    """The tool ran: its outcome must be recorded (as an error), not lost to an exception
+    after the side effect, which a replay would report as 'may or may not have happened'."""
+    runs: list[str] = []
+
+    def pay(amount: int) -> Any:
+        """Pay."""
+        runs.append("paid")
+        return value
+
+    pay_tool = tool(pay, replay="never")
+    first = await Journal.open(world, "s", turn)
+    result = await first.call(pay_tool, {"amount": 5})
+    assert isinstance(result, str)
+    assert "not JSON" in result
+    replay = await Journal.open(world, "s", turn)
+    assert await replay.call(pay_tool, {"amount": 5}) == result
+    assert runs == ["paid"]

@@ -484,7 +484,13 @@ class Journal:
         result = await run(n)
         if crash is not None and crash.step == n and crash.when == "after_run":
             crash.hit()
-        encoded = canonical_json(result)
+        try:
+            encoded = canonical_json(result)
+        except ValueError as exc:  # NaN or infinity: the call happened, record that it failed
+            if kind != "tool":
+                raise
+            result, self._staged_docs = {"error": f"result is not JSON: {exc}"}, {}
+            encoded = canonical_json(result)
         body: dict[str, Any] = dict(identity)
         if len(encoded) > self._blob_threshold:
             ref = await self._blobs.put(encoded)
