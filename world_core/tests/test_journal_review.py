@@ -7,17 +7,25 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from world_core import (
+    Agent,
     Client,
     Journal,
+    Lease,
     ModelReply,
     ModelRequest,
+    ScriptedModel,
+    ToolCall,
+    TurnResult,
+    Worker,
     World,
     open_world,
     tool,
 )
+from world_core.errors import BackendUnavailableError
 
 pytestmark = pytest.mark.anyio
 
@@ -106,3 +114,53 @@ async def test_a_never_tool_returning_unencodable_json_records_an_error_outcome(
     replay = await Journal.open(world, "s", turn)
     assert await replay.call(pay_tool, {"amount": 5}) == result
     assert runs == ["paid"]
+
+
+async def test_a_worker_that_cannot_renew_stops_before_its_lease_runs_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker A's renewals fail (the queue is unreachable, the model is not). Its lease runs
+    out and worker B takes the turn. A must stop on its own by then: going on, it pays for
+    model calls that B pays for too, a doubled bill for the same step."""
+    url = str(tmp_path / "world")
+    async with (
+        open_world("local", url=url, namespace="review") as world_a,
+        open_world("local", url=url, namespace="review") as world_b,
+    ):
+
+        async def cannot_renew(lease: Lease, duration: float) -> Lease:
+            raise BackendUnavailableError("queue unreachable")
+
+        monkeypatch.setattr(world_a.queue, "renew", cannot_renew)
+
+        def policy(request: ModelRequest) -> ModelReply:
+            if any(m["role"] == "tool" for m in request.messages):
+                return ModelReply(content="done")
+            return ModelReply(tool_calls=[ToolCall(id="c", name="slow", arguments="{}")])
+
+        async def slow() -> str:
+            """Take a while."""
+            await anyio.sleep(2.0)
+            return "slow result"
+
+        model = ScriptedModel(policy)
+        agent = Agent(model=model, tools=[tool(slow, replay="safe")])
+        await Client(world_a).submit("s", "hi", turn_id="t")
+        a = Worker(world_a, agent, lease=1.0, crash=None, name="a")
+        b = Worker(world_b, agent, lease=10.0, crash=None, name="b")
+        results: dict[str, TurnResult | None] = {}
+
+        async def run_a() -> None:
+            results["a"] = await a.run_once(wait=5.0)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_a)
+            await anyio.sleep(1.3)  # A's lease has run out: B claims the turn
+            results["b"] = await b.run_once(wait=5.0)
+        result_a, result_b = results["a"], results["b"]
+        assert result_a is not None
+        assert result_b is not None
+        assert result_a.status == "lease_lost"
+        assert result_b.status == "done"
+        # One model call per step: step 0 by A, step 2 by B (step 0 read back).
+        assert len(model.calls) == 2

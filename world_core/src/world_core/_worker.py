@@ -2,7 +2,8 @@
 
 A message is ``{"session_id", "turn_id"}``. The worker holds it under a lease that a background
 task renews every ``lease / 3`` seconds while the turn runs; if a renewal finds the lease lost
-(another worker claimed the turn after it ran out), the turn is cancelled at once. The message
+(another worker claimed the turn after it ran out), the turn is cancelled at once; so it is
+when renewals keep failing and the lease would run out before the next one. The message
 is acked only after the reply is in the log. Killed anywhere, the worker simply stops renewing;
 the lease runs out and any other worker claims the turn and continues it from the journal.
 
@@ -158,6 +159,7 @@ class Worker:
             await self._settle(lease, ack=True)
             return TurnResult("?", "?", "invalid", error="not a turn message")
 
+        started = anyio.current_time()  # just after the claim (the margin below covers it)
         current = lease
         lost = False
         shutdown = False
@@ -169,16 +171,26 @@ class Worker:
 
             async def renew() -> None:
                 nonlocal current, lost
+                held_until = started + self.lease  # local clock, no later than the store's
                 while True:
                     await anyio.sleep(self.lease / 3)
+                    asked = anyio.current_time()
                     try:
                         current = await self.world.queue.renew(current, self.lease)
+                        held_until = asked + self.lease
                     except LeaseLostError:
                         lost = True
                         tg.cancel_scope.cancel()
                         return
                     except Exception as exc:  # transient: the next renewal may still make it
                         log.warning("renewing %s failed: %s", lease.message_id, exc)
+                        if anyio.current_time() + self.lease / 3 >= held_until:
+                            # The lease runs out before the next try: another worker may
+                            # take the turn then, and both would pay for its model calls.
+                            log.warning("giving up %s: its lease runs out", lease.message_id)
+                            lost = True
+                            tg.cancel_scope.cancel()
+                            return
 
             async def on_stop(event: anyio.Event) -> None:
                 nonlocal shutdown
