@@ -8,17 +8,26 @@ import pytest
 from world_core import errors
 from world_core.spi import (
     MAX_ID_BYTES,
+    MAX_LIST_LIMIT,
     MAX_PAYLOAD_BYTES,
     MAX_STATUS_BYTES,
     Event,
+    Lease,
     NewEvent,
     OutboxMessage,
     validate_append,
     validate_claim,
+    validate_dead_letters,
     validate_duration,
     validate_enqueue,
     validate_id,
+    validate_lease,
+    validate_list,
     validate_namespace,
+    validate_read,
+    validate_release,
+    validate_renew,
+    validate_stream_read,
     validate_write,
 )
 
@@ -206,3 +215,79 @@ def test_records_are_frozen_and_strict() -> None:
         event.seq = 2  # type: ignore[misc]
     with pytest.raises(pydantic.ValidationError):
         Event(seq=1, data=b"x", extra=1)  # type: ignore[call-arg]
+
+
+LEASE = Lease(
+    queue="q", message_id="m", payload=b"", attempt=1, max_attempts=3, token="t", deadline=1.0
+)
+
+
+def test_read_after_is_an_int_from_zero() -> None:
+    assert validate_read("l", after=0) == 0
+    assert validate_read("l", after=7, limit=2) == 7
+    for bad in (-1, True, 1.0, "1", None):
+        with pytest.raises(errors.InvalidArgumentError, match="after"):
+            validate_read("l", after=bad)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgumentError, match="limit"):
+        validate_read("l", after=0, limit=0)
+    with pytest.raises(errors.InvalidIdentifierError, match="log_id"):
+        validate_read("", after=0)
+
+
+def test_list_accepts_an_empty_prefix_and_checks_the_rest() -> None:
+    validate_list(prefix="", status=None, cursor=None, limit=1)
+    validate_list(prefix="é" * (MAX_ID_BYTES // 2), status="s", cursor="c", limit=MAX_LIST_LIMIT)
+    with pytest.raises(errors.InvalidArgumentError, match="prefix must be a str"):
+        validate_list(prefix=b"a", status=None, cursor=None, limit=1)  # type: ignore[arg-type]
+    for prefix in ("a\x00", "x" * (MAX_ID_BYTES + 1), "\ud800"):
+        with pytest.raises(errors.InvalidIdentifierError, match="prefix"):
+            validate_list(prefix=prefix, status=None, cursor=None, limit=1)
+    with pytest.raises(errors.InvalidIdentifierError, match="status"):
+        validate_list(prefix="", status="s" * (MAX_STATUS_BYTES + 1), cursor=None, limit=1)
+    with pytest.raises(errors.InvalidArgumentError, match="cursor"):
+        validate_list(prefix="", status=None, cursor=1, limit=1)  # type: ignore[arg-type]
+    for limit in (None, 0, True, MAX_LIST_LIMIT + 1):
+        with pytest.raises(errors.InvalidArgumentError, match="limit"):
+            validate_list(prefix="", status=None, cursor=None, limit=limit)  # type: ignore[arg-type]
+
+
+def test_stream_read_start_is_any_int() -> None:
+    assert validate_stream_read("s", start=-3) == -3
+    for bad in (True, 1.0, "0", None):
+        with pytest.raises(errors.InvalidArgumentError, match="start"):
+            validate_stream_read("s", start=bad)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidIdentifierError, match="stream_id"):
+        validate_stream_read("a\x00", start=0)
+
+
+def test_lease_must_be_a_lease_with_valid_ids() -> None:
+    assert validate_lease(LEASE) is LEASE
+    with pytest.raises(errors.InvalidArgumentError, match="Lease that claim returned"):
+        validate_lease(LEASE.model_dump())  # type: ignore[arg-type]
+    for field, fragment in (("queue", "queue"), ("message_id", "message_id"), ("token", "token")):
+        with pytest.raises(errors.InvalidIdentifierError, match=fragment):
+            validate_lease(LEASE.model_copy(update={field: ""}))
+
+
+def test_renew_needs_a_positive_duration_release_a_non_negative_delay() -> None:
+    assert validate_renew(LEASE, 2) == 2.0
+    assert validate_release(LEASE, 0) == 0.0
+    for duration in (0, -1, float("inf"), True):
+        with pytest.raises(errors.InvalidArgumentError, match="duration"):
+            validate_renew(LEASE, duration)
+    for delay in (-0.1, float("nan")):
+        with pytest.raises(errors.InvalidArgumentError, match="delay"):
+            validate_release(LEASE, delay)
+    with pytest.raises(errors.InvalidArgumentError, match="Lease"):
+        validate_renew(None, 1)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgumentError, match="Lease"):
+        validate_release(None, 0)  # type: ignore[arg-type]
+
+
+def test_dead_letters_limit_is_required_and_bounded() -> None:
+    validate_dead_letters("q", limit=MAX_LIST_LIMIT)
+    for limit in (None, 0, MAX_LIST_LIMIT + 1):
+        with pytest.raises(errors.InvalidArgumentError, match="limit"):
+            validate_dead_letters("q", limit=limit)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidIdentifierError, match="queue"):
+        validate_dead_letters("", limit=1)

@@ -72,11 +72,18 @@ __all__ = [
     "WorldFactory",
     "validate_append",
     "validate_claim",
+    "validate_dead_letters",
     "validate_duration",
     "validate_enqueue",
     "validate_id",
+    "validate_lease",
     "validate_limit",
+    "validate_list",
     "validate_namespace",
+    "validate_read",
+    "validate_release",
+    "validate_renew",
+    "validate_stream_read",
     "validate_write",
 ]
 
@@ -294,6 +301,20 @@ def _check_max_attempts(value: object) -> None:
         raise InvalidArgumentError(f"max_attempts must be an int >= 1, got {value!r}")
 
 
+def _check_status(status: object) -> None:
+    if len(validate_id(status, "status").encode("utf-8")) > MAX_STATUS_BYTES:
+        raise InvalidIdentifierError(f"status is longer than {MAX_STATUS_BYTES} UTF-8 bytes")
+
+
+def _check_page_limit(value: object, what: str = "limit") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(
+            f"{what} must be an int from 1 to {MAX_LIST_LIMIT}, got {value!r}"
+        )
+    if value > MAX_LIST_LIMIT:
+        raise InvalidArgumentError(f"{what} must be at most {MAX_LIST_LIMIT}, got {value}")
+
+
 def validate_append(
     log_id: str,
     events: Sequence[NewEvent],
@@ -329,9 +350,7 @@ def validate_append(
     ):
         raise InvalidArgumentError(f"expect_tail must be an int >= 0 or None, got {expect_tail!r}")
     if status is not None:
-        validate_id(status, "status")
-        if len(status.encode("utf-8")) > MAX_STATUS_BYTES:
-            raise InvalidIdentifierError(f"status is longer than {MAX_STATUS_BYTES} UTF-8 bytes")
+        _check_status(status)
     for message in messages:
         validate_id(message.queue, "queue")
         if message.dedup_key is not None:
@@ -393,6 +412,128 @@ def validate_write(
     ):
         raise InvalidArgumentError(f"expect_next must be an int >= 0 or None, got {expect_next!r}")
     _check_size(total, limit, "write")
+
+
+def validate_read(log_id: str, *, after: int, limit: int | None = None) -> int:
+    """Everything ``Log.read`` and ``Log.watch`` (which has no ``limit``) refuse before any I/O.
+
+    Returns ``after``.
+
+    Raises:
+        InvalidIdentifierError: a bad log id (see :func:`validate_id`).
+        InvalidArgumentError: ``after`` not an ``int`` (``bool`` is refused) or below 0;
+            ``limit`` not None nor an ``int`` >= 1 (no upper bound: a read is a window).
+    """
+    validate_id(log_id, "log_id")
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidArgumentError(
+            f"after must be an int >= 0 (0 for the start, else the last seq seen), got {after!r}"
+        )
+    validate_limit(limit)
+    return after
+
+
+def validate_list(*, prefix: str, status: str | None, cursor: str | None, limit: int) -> None:
+    """Everything ``Log.list_logs`` refuses before any I/O.
+
+    ``prefix`` may be ``""`` (every log); otherwise it follows the identifier rules but for
+    emptiness. ``cursor`` is only checked to be a ``str``: its content is the backend's own,
+    which refuses one it did not issue with InvalidArgumentError.
+
+    Raises:
+        InvalidArgumentError: ``prefix`` not a ``str``; ``cursor`` neither None nor a ``str``;
+            ``limit`` not an ``int`` from 1 to MAX_LIST_LIMIT (None and ``bool`` are refused).
+        InvalidIdentifierError: ``prefix`` containing NUL, longer than MAX_ID_BYTES in UTF-8
+            or not encodable as UTF-8; ``status`` not a valid identifier or longer than
+            MAX_STATUS_BYTES (the same rule as ``Log.append(status=...)``).
+    """
+    if not isinstance(prefix, str):
+        raise InvalidArgumentError(
+            f"prefix must be a str ('' for every log), got {type(prefix).__name__}"
+        )
+    if prefix:
+        validate_id(prefix, "prefix")
+    if status is not None:
+        _check_status(status)
+    if cursor is not None and not isinstance(cursor, str):
+        raise InvalidArgumentError(
+            f"cursor must be None or the str next_cursor of a previous page, got {cursor!r}"
+        )
+    _check_page_limit(limit)
+
+
+def validate_stream_read(stream_id: str, *, start: int) -> int:
+    """Everything ``Stream.read`` refuses before any I/O. Returns ``start``.
+
+    Raises:
+        InvalidIdentifierError: a bad stream id (see :func:`validate_id`).
+        InvalidArgumentError: ``start`` not an ``int`` (``bool`` is refused). Any ``int`` is
+            accepted: a negative one counts back from the next index.
+    """
+    validate_id(stream_id, "stream_id")
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise InvalidArgumentError(
+            f"start must be an int chunk index (negative counts back from the end), got {start!r}"
+        )
+    return start
+
+
+def validate_lease(lease: Lease) -> Lease:
+    """Everything ``Queue.ack`` refuses before any I/O (and the lease part of ``renew`` and
+    ``release``). Returns ``lease``.
+
+    Raises:
+        InvalidArgumentError: ``lease`` not a :class:`Lease` instance.
+        InvalidIdentifierError: its ``queue``, ``message_id`` or ``token`` not a valid
+            identifier (see :func:`validate_id`).
+    """
+    if not isinstance(lease, Lease):
+        raise InvalidArgumentError(
+            f"pass the Lease that claim returned, got {type(lease).__name__}"
+        )
+    validate_id(lease.queue, "queue")
+    validate_id(lease.message_id, "message_id")
+    validate_id(lease.token, "lease token")
+    return lease
+
+
+def validate_renew(lease: Lease, duration: float) -> float:
+    """Everything ``Queue.renew`` refuses before any I/O. Returns ``duration`` as a float.
+
+    Raises:
+        InvalidArgumentError, InvalidIdentifierError: a bad lease (see :func:`validate_lease`).
+        InvalidArgumentError: ``duration`` not a finite number of seconds > 0.
+    """
+    validate_lease(lease)
+    seconds = validate_duration(duration, "duration")
+    if seconds <= 0:
+        raise InvalidArgumentError(
+            f"duration must be > 0 seconds, got {duration!r}; to give the message up, release it"
+        )
+    return seconds
+
+
+def validate_release(lease: Lease, delay: float) -> float:
+    """Everything ``Queue.release`` refuses before any I/O. Returns ``delay`` as a float.
+
+    Raises:
+        InvalidArgumentError, InvalidIdentifierError: a bad lease (see :func:`validate_lease`).
+        InvalidArgumentError: ``delay`` not a finite number of seconds >= 0.
+    """
+    validate_lease(lease)
+    return validate_duration(delay, "delay")
+
+
+def validate_dead_letters(queue: str, *, limit: int) -> None:
+    """Everything ``Queue.dead_letters`` refuses before any I/O.
+
+    Raises:
+        InvalidIdentifierError: a bad queue (see :func:`validate_id`).
+        InvalidArgumentError: ``limit`` not an ``int`` from 1 to MAX_LIST_LIMIT (None and
+            ``bool`` are refused).
+    """
+    validate_id(queue, "queue")
+    _check_page_limit(limit)
 
 
 # --------------------------------------------------------------------------------------------
