@@ -14,7 +14,6 @@ from world_core.errors import (
     InvalidArgumentError,
 )
 from world_core.spi import (
-    MAX_LIST_LIMIT,
     MAX_PAYLOAD_BYTES,
     Event,
     Log,
@@ -24,7 +23,8 @@ from world_core.spi import (
     Page,
     validate_append,
     validate_id,
-    validate_limit,
+    validate_list,
+    validate_read,
 )
 from world_local import _outbox as outbox
 from world_local._files import Blob, Busy, FoldedFile, encode_frame, read_exact
@@ -85,12 +85,6 @@ class LogFile(FoldedFile):
             found.append(self.event(fd, seq))
             size += len(found[-1].data)
         return found
-
-
-def _check_after(after: object) -> int:
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise InvalidArgumentError(f"after must be an int >= 0, got {after!r}")
-    return after
 
 
 class LocalLog(Log):
@@ -160,9 +154,7 @@ class LocalLog(Log):
         return queues
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        validate_id(log_id, "log_id")
-        _check_after(after)
-        validate_limit(limit)
+        validate_read(log_id, after=after, limit=limit)
         file = self._file(log_id)
         return await self._space.run(partial(file.fetch, after, limit))
 
@@ -188,8 +180,7 @@ class LocalLog(Log):
         return await self._space.run(lambda: file.reading(lambda _: file.info()))
 
     def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        validate_id(log_id, "log_id")  # here, so that a bad call fails before iterating
-        _check_after(after)
+        validate_read(log_id, after=after)  # here, so that a bad call fails before iterating
         return self._watch(log_id, after)
 
     async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
@@ -215,12 +206,8 @@ class LocalLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        if not isinstance(prefix, str):
-            raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
-        if status is not None:
-            validate_id(status, "status")
+        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         after = _decode_cursor(cursor)
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
         folder = self._space.folder / LogFile.kind
 
         def work() -> Page[LogInfo]:

@@ -14,18 +14,19 @@ from typing import Any, TypeVar
 
 import anyio
 
-from world_core.errors import InvalidArgumentError, LeaseLostError, NotFoundError
+from world_core.errors import LeaseLostError, NotFoundError
 from world_core.spi import (
     DEFAULT_MAX_ATTEMPTS,
-    MAX_LIST_LIMIT,
     DeadLetter,
     Lease,
     Queue,
     validate_claim,
-    validate_duration,
+    validate_dead_letters,
     validate_enqueue,
     validate_id,
-    validate_limit,
+    validate_lease,
+    validate_release,
+    validate_renew,
 )
 from world_local._files import Blob, FoldedFile, encode_frame
 from world_local._space import POLL_MAX, POLL_MIN, Space, pause
@@ -269,8 +270,7 @@ class LocalQueue(Queue):
             delay = min(delay * 2, POLL_MAX)
 
     async def renew(self, lease: Lease, duration: float) -> Lease:
-        _check_lease(lease)
-        validate_duration(duration, "duration")
+        validate_renew(lease, duration)
 
         def work(file: QueueFile, fd: int) -> Lease:
             message = file.live(lease)
@@ -284,7 +284,7 @@ class LocalQueue(Queue):
         return renewed
 
     async def ack(self, lease: Lease) -> None:
-        _check_lease(lease)
+        validate_lease(lease)
 
         def work(file: QueueFile, fd: int) -> bool:
             message = file.live(lease)
@@ -295,8 +295,7 @@ class LocalQueue(Queue):
             raise _lost(lease)
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
-        _check_lease(lease)
-        validate_duration(delay, "delay")
+        validate_release(lease, delay)
 
         def work(file: QueueFile, fd: int) -> bool:
             message = file.live(lease)
@@ -317,8 +316,7 @@ class LocalQueue(Queue):
             raise _lost(lease)
 
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
-        validate_id(queue, "queue")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        validate_dead_letters(queue, limit=limit)
         file = self._space.file(QueueFile, queue)
 
         def work(_: int | None) -> list[DeadLetter]:
@@ -362,16 +360,6 @@ class LocalQueue(Queue):
             raise NotFoundError(
                 f"queue {queue!r} has no dead letter {message_id!r}; list them with dead_letters"
             )
-
-
-def _check_lease(lease: object) -> None:
-    if not isinstance(lease, Lease):
-        raise InvalidArgumentError(
-            f"pass the Lease that claim returned, got {type(lease).__name__}"
-        )
-    validate_id(lease.queue, "queue")
-    validate_id(lease.message_id, "message_id")
-    validate_id(lease.token, "token")
 
 
 def _lost(lease: Lease) -> LeaseLostError:

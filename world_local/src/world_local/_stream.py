@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from typing import Any
 
-from world_core.errors import ClosedError, ConflictError, InvalidArgumentError
+from world_core.errors import ClosedError, ConflictError
 from world_core.spi import (
     MAX_PAYLOAD_BYTES,
     Chunk,
     Stream,
     StreamInfo,
     validate_id,
+    validate_stream_read,
     validate_write,
 )
 from world_local._files import Blob, FoldedFile, encode_frame, read_exact
@@ -106,9 +107,7 @@ class LocalStream(Stream):
         return await self._space.run(lambda: file.reading(lambda _: file.info()))
 
     def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        validate_id(stream_id, "stream_id")  # here, so that a bad call fails before iterating
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise InvalidArgumentError(f"start must be an int, got {start!r}")
+        validate_stream_read(stream_id, start=start)  # so that a bad call fails before iterating
         return self._read(stream_id, start)
 
     async def _read(self, stream_id: str, start: int) -> AsyncIterator[Chunk]:
