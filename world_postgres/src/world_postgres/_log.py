@@ -11,10 +11,8 @@ from world_core.errors import (
     BackendUnavailableError,
     ConflictError,
     DuplicateKeyError,
-    InvalidArgumentError,
 )
 from world_core.spi import (
-    MAX_LIST_LIMIT,
     Event,
     Log,
     LogInfo,
@@ -23,7 +21,8 @@ from world_core.spi import (
     Page,
     validate_append,
     validate_id,
-    validate_limit,
+    validate_list,
+    validate_read,
 )
 from world_postgres._db import Conn, Database, tag
 from world_postgres._notify import Listener
@@ -173,9 +172,7 @@ class PostgresLog(Log):
         return _event(rows[0]) if rows else None
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        validate_id(log_id, "log_id")
-        _check_after(after)
-        validate_limit(limit)
+        validate_read(log_id, after=after, limit=limit)
 
         async def op(conn: Conn, retried: bool) -> list[Event]:
             rows = await conn.fetch(self._read, log_id, after, limit)
@@ -213,8 +210,7 @@ class PostgresLog(Log):
         return await self._db.run("info", op)
 
     async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        validate_id(log_id, "log_id")
-        _check_after(after)
+        validate_read(log_id, after=after)
         wake_tag = tag("l", log_id)
         with self._listener.subscribe(wake_tag) as event:
             waiter = Waiter(self._listener, wake_tag, event)
@@ -243,15 +239,9 @@ class PostgresLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        if not isinstance(prefix, str):
-            raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
-        if prefix:
-            validate_id(prefix, "prefix")
-        if status is not None:
-            validate_id(status, "status")
+        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         if cursor is not None:
-            validate_id(cursor, "cursor")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+            validate_id(cursor, "cursor")  # a log id: the last of the previous page
         end = _prefix_end(prefix)
 
         async def op(conn: Conn, retried: bool) -> Page[LogInfo]:
@@ -273,8 +263,3 @@ class PostgresLog(Log):
 
 def _event(row: asyncpg.Record) -> Event:
     return Event(seq=int(row[0]), key=row[1], data=bytes(row[2]))
-
-
-def _check_after(after: object) -> None:
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise InvalidArgumentError(f"after must be an int >= 0, got {after!r}")

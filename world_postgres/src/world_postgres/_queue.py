@@ -5,18 +5,19 @@ from __future__ import annotations
 import time
 import uuid
 
-from world_core.errors import InvalidArgumentError, LeaseLostError, NotFoundError
+from world_core.errors import LeaseLostError, NotFoundError
 from world_core.spi import (
     DEFAULT_MAX_ATTEMPTS,
-    MAX_LIST_LIMIT,
     DeadLetter,
     Lease,
     Queue,
     validate_claim,
-    validate_duration,
+    validate_dead_letters,
     validate_enqueue,
     validate_id,
-    validate_limit,
+    validate_lease,
+    validate_release,
+    validate_renew,
 )
 from world_postgres._db import Conn, Database, tag
 from world_postgres._notify import Listener
@@ -29,10 +30,6 @@ _BUSY_RETRY_SECONDS = 0.02
 
 
 def _token(lease: Lease) -> uuid.UUID | None:
-    if not isinstance(lease, Lease):
-        raise InvalidArgumentError(f"expected a Lease, got {type(lease).__name__}")
-    validate_id(lease.queue, "queue")
-    validate_id(lease.message_id, "message_id")
     try:
         return uuid.UUID(lease.token)
     except ValueError:
@@ -234,9 +231,8 @@ class PostgresQueue(Queue):
                 return leases
 
     async def renew(self, lease: Lease, duration: float) -> Lease:
+        validate_renew(lease, duration)
         token = _token(lease)
-        if validate_duration(duration, "duration") <= 0:
-            raise InvalidArgumentError("duration must be > 0 seconds")
 
         async def op(conn: Conn, retried: bool) -> float | None:
             if token is None:
@@ -252,6 +248,7 @@ class PostgresQueue(Queue):
         return lease.model_copy(update={"deadline": deadline})
 
     async def ack(self, lease: Lease) -> None:
+        validate_lease(lease)
         token = _token(lease)
 
         async def op(conn: Conn, retried: bool) -> bool:
@@ -269,8 +266,8 @@ class PostgresQueue(Queue):
             raise self._lost(lease, "ack")
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
+        delay = validate_release(lease, delay)
         token = _token(lease)
-        delay = validate_duration(delay, "delay")
         queue_tag = tag("q", lease.queue)
 
         async def op(conn: Conn, retried: bool) -> bool:
@@ -297,8 +294,7 @@ class PostgresQueue(Queue):
         )
 
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
-        validate_id(queue, "queue")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        validate_dead_letters(queue, limit=limit)
 
         async def op(conn: Conn, retried: bool) -> list[DeadLetter]:
             rows = await conn.fetch(self._dead, queue, limit)

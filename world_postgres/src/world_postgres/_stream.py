@@ -5,8 +5,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
-from world_core.errors import ClosedError, ConflictError, InvalidArgumentError
-from world_core.spi import Chunk, Stream, StreamInfo, validate_id, validate_write
+from world_core.errors import ClosedError, ConflictError
+from world_core.spi import (
+    Chunk,
+    Stream,
+    StreamInfo,
+    validate_id,
+    validate_stream_read,
+    validate_write,
+)
 from world_postgres._db import Conn, Database, tag
 from world_postgres._notify import Listener
 from world_postgres._wait import Waiter
@@ -98,9 +105,7 @@ class PostgresStream(Stream):
         return await self._db.run("info", op)
 
     async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        validate_id(stream_id, "stream_id")
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise InvalidArgumentError(f"start must be an int, got {start!r}")
+        validate_stream_read(stream_id, start=start)
         wake_tag = tag("s", stream_id)
         with self._listener.subscribe(wake_tag) as event:
             waiter = Waiter(self._listener, wake_tag, event)
