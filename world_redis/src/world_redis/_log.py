@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, cast
+from typing import Any
 
 from world_core.errors import (
     BackendUnavailableError,
     ConflictError,
     DuplicateKeyError,
-    InvalidArgumentError,
     UnsupportedError,
 )
 from world_core.spi import (
-    MAX_LIST_LIMIT,
     Event,
     Log,
     LogInfo,
@@ -23,7 +21,8 @@ from world_core.spi import (
     Page,
     validate_append,
     validate_id,
-    validate_limit,
+    validate_list,
+    validate_read,
 )
 from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Arg, Connection, translate
@@ -45,16 +44,6 @@ def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> Event:
         data=fields[b"d"],
         key=key.decode("utf-8") if key is not None else None,
     )
-
-
-def _check_text(value: object, what: str) -> str:
-    if not isinstance(value, str) or "\x00" in value:
-        raise InvalidArgumentError(f"{what} must be a str without NUL, got {value!r}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(f"{what} {value!r} is not valid UTF-8") from exc
-    return value
 
 
 class RedisLog(Log):
@@ -148,9 +137,7 @@ class RedisLog(Log):
             )
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        validate_id(log_id, "log_id")
-        _check_after(after)
-        validate_limit(limit)
+        validate_read(log_id, after=after, limit=limit)
         x = self._keys.log(log_id)[0]
         args: list[Arg] = ["XRANGE", x, f"{after + 1}-0", "+"]
         if limit is not None:
@@ -188,8 +175,7 @@ class RedisLog(Log):
         )
 
     async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        validate_id(log_id, "log_id")
-        _check_after(after)
+        validate_read(log_id, after=after)
         x = self._keys.log(log_id)[0]
         last = f"{after}-0".encode()
         block_ms = int(BLOCK_SECONDS * 1000)
@@ -210,14 +196,9 @@ class RedisLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        _check_text(prefix, "prefix")
-        if status is not None:
-            validate_id(status, "status")
+        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         if cursor is not None:
-            _check_text(cursor, "cursor")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
-        if cast(object, limit) is None:
-            raise InvalidArgumentError("limit must be a positive int")
+            validate_id(cursor, "cursor")  # a log id: the last of the previous page
         # Single node: status filter through the exact status index (member "status\0id").
         # Cluster: the registry, each entry checked against the log's own keys.
         use_status_index = status is not None and not self._conn.cluster
@@ -283,11 +264,6 @@ class RedisLog(Log):
             await self._conn.command("ZREM", self._keys.registry, log_id)
             if await self._conn.command("EXISTS", self._keys.log(log_id)[0]):
                 await self._conn.command("ZADD", self._keys.registry, 0, log_id)
-
-
-def _check_after(after: object) -> None:
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise InvalidArgumentError(f"after must be an int >= 0, got {after!r}")
 
 
 def _xread_entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:

@@ -6,18 +6,19 @@ import secrets
 import time
 from typing import Any
 
-from world_core.errors import InvalidArgumentError, LeaseLostError, NotFoundError
+from world_core.errors import LeaseLostError, NotFoundError
 from world_core.spi import (
     DEFAULT_MAX_ATTEMPTS,
-    MAX_LIST_LIMIT,
     DeadLetter,
     Lease,
     Queue,
     validate_claim,
-    validate_duration,
+    validate_dead_letters,
     validate_enqueue,
     validate_id,
-    validate_limit,
+    validate_lease,
+    validate_release,
+    validate_renew,
 )
 from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Connection, translate
@@ -45,14 +46,6 @@ def _lost(lease: Lease, what: str) -> LeaseLostError:
         f"{what}: the lease on message {lease.message_id!r} of queue {lease.queue!r} is no "
         "longer current (claimed again, acked or dead-lettered); stop working on it"
     )
-
-
-def _check_lease(lease: object) -> Lease:
-    if not isinstance(lease, Lease):
-        raise InvalidArgumentError(f"expected a Lease, got {type(lease).__name__}")
-    validate_id(lease.queue, "queue")
-    validate_id(lease.message_id, "message_id")
-    return lease
 
 
 class RedisQueue(Queue):
@@ -135,8 +128,7 @@ class RedisQueue(Queue):
                 return leases
 
     async def renew(self, lease: Lease, duration: float) -> Lease:
-        lease = _check_lease(lease)
-        validate_duration(duration, "duration")
+        validate_renew(lease, duration)
         with translate("renew"):
             deadline = int(
                 await self._conn.run(
@@ -150,7 +142,7 @@ class RedisQueue(Queue):
         return lease.model_copy(update={"deadline": deadline / 1_000_000})
 
     async def ack(self, lease: Lease) -> None:
-        lease = _check_lease(lease)
+        validate_lease(lease)
         with translate("ack"):
             done = await self._conn.run(
                 S.ACK, self._keys.queue(lease.queue), [lease.message_id, lease.token]
@@ -159,8 +151,7 @@ class RedisQueue(Queue):
             raise _lost(lease, "ack")
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
-        lease = _check_lease(lease)
-        validate_duration(delay, "delay")
+        validate_release(lease, delay)
         with translate("release"):
             done = await self._conn.run(
                 S.RELEASE,
@@ -171,8 +162,7 @@ class RedisQueue(Queue):
             raise _lost(lease, "release")
 
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
-        validate_id(queue, "queue")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        validate_dead_letters(queue, limit=limit)
         with translate("dead_letters"):
             reply: list[Any] = await self._conn.run(
                 S.DEAD_LETTERS, self._keys.queue(queue), [limit]

@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from world_core.errors import ClosedError, ConflictError, InvalidArgumentError
-from world_core.spi import Chunk, Stream, StreamInfo, validate_id, validate_write
+from world_core.errors import ClosedError, ConflictError
+from world_core.spi import (
+    Chunk,
+    Stream,
+    StreamInfo,
+    validate_id,
+    validate_stream_read,
+    validate_write,
+)
 from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Connection, translate
 from world_redis._keys import Keys
@@ -58,9 +65,7 @@ class RedisStream(Stream):
         )
 
     async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        validate_id(stream_id, "stream_id")
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise InvalidArgumentError(f"start must be an int, got {start!r}")
+        validate_stream_read(stream_id, start=start)
         state = await self.info(stream_id)
         if start < 0:
             start = max(0, state.next_index + start)
