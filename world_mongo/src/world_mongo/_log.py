@@ -11,12 +11,10 @@ import anyio
 from world_core.errors import (
     ConflictError,
     DuplicateKeyError,
-    InvalidArgumentError,
     PayloadTooLargeError,
     UnsupportedError,
 )
 from world_core.spi import (
-    MAX_LIST_LIMIT,
     Event,
     Log,
     LogInfo,
@@ -25,7 +23,8 @@ from world_core.spi import (
     Page,
     validate_append,
     validate_id,
-    validate_limit,
+    validate_list,
+    validate_read,
 )
 from world_mongo._errors import BSON_LIMIT, translate
 from world_mongo._segments import Doc, Segments
@@ -171,9 +170,7 @@ class MongoLog(Log):
         return None
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        validate_id(log_id, "log_id")
-        _check_position(after, "after")
-        validate_limit(limit)
+        validate_read(log_id, after=after, limit=limit)
         self._world.check_open()
         with translate("read a log"):
             head = await self._seg.load_head(log_id, items=True)
@@ -223,8 +220,7 @@ class MongoLog(Log):
         return LogInfo(log_id=log_id, tail=head["n"], status=head.get("status"))
 
     async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        validate_id(log_id, "log_id")
-        _check_position(after, "after")
+        validate_read(log_id, after=after)
         world = self._world
         backoff = world.new_backoff()
         position = after
@@ -254,13 +250,7 @@ class MongoLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        if not isinstance(prefix, str):
-            raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
-        if status is not None:
-            validate_id(status, "status")
-        if cursor is not None and not isinstance(cursor, str):
-            raise InvalidArgumentError(f"cursor must be a str or None, got {cursor!r}")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         self._world.check_open()
         bounds: Doc = {}
         if prefix:
@@ -290,8 +280,3 @@ class MongoLog(Log):
         with translate("delete a log"):
             await self._seg.delete(log_id)
         self._world.notifier.notify("log", log_id)
-
-
-def _check_position(value: object, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgumentError(f"{what} must be an int >= 0, got {value!r}")

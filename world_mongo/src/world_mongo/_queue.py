@@ -22,18 +22,19 @@ from bson import ObjectId
 from pymongo import IndexModel, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from world_core.errors import InvalidArgumentError, LeaseLostError, NotFoundError
+from world_core.errors import LeaseLostError, NotFoundError
 from world_core.spi import (
     DEFAULT_MAX_ATTEMPTS,
-    MAX_LIST_LIMIT,
     DeadLetter,
     Lease,
     Queue,
     validate_claim,
-    validate_duration,
+    validate_dead_letters,
     validate_enqueue,
     validate_id,
-    validate_limit,
+    validate_lease,
+    validate_release,
+    validate_renew,
 )
 from world_mongo._errors import translate
 from world_mongo._segments import Doc
@@ -217,9 +218,7 @@ class MongoQueue(Queue):
             deadline=_to_unix(doc["vis"]),
         )
 
-    def _held(self, lease: object) -> Doc:
-        if not isinstance(lease, Lease):
-            raise InvalidArgumentError(f"expected a Lease, got {type(lease).__name__}")
+    def _held(self, lease: Lease) -> Doc:
         self._world.check_open()
         return {"_id": lease.message_id, "q": lease.queue, "tok": lease.token, "st": _LIVE}
 
@@ -231,9 +230,8 @@ class MongoQueue(Queue):
         )
 
     async def renew(self, lease: Lease, duration: float) -> Lease:
+        validate_renew(lease, duration)
         query = self._held(lease)
-        if validate_duration(duration, "duration") <= 0:
-            raise InvalidArgumentError("duration must be > 0 seconds")
         with translate("renew a lease"):
             doc = await self._coll.find_one_and_update(
                 query,
@@ -246,6 +244,7 @@ class MongoQueue(Queue):
         return lease.model_copy(update={"deadline": _to_unix(doc["vis"])})
 
     async def ack(self, lease: Lease) -> None:
+        validate_lease(lease)
         query = self._held(lease)
         with translate("ack a message"):
             result = await self._coll.delete_one(query)
@@ -253,8 +252,8 @@ class MongoQueue(Queue):
             raise self._lost(lease, "ack")
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
+        validate_release(lease, delay)
         query = self._held(lease)
-        validate_duration(delay, "delay")
         with translate("release a message"):
             doc = await self._coll.find_one_and_update(
                 query,
@@ -267,8 +266,7 @@ class MongoQueue(Queue):
         self._world.notifier.notify("queue", lease.queue)
 
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
-        validate_id(queue, "queue")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        validate_dead_letters(queue, limit=limit)
         self._world.check_open()
         with translate("list dead letters"):
             docs = await self._coll.find(

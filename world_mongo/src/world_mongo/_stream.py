@@ -10,8 +10,15 @@ import anyio
 from bson import ObjectId
 from pymongo.errors import DuplicateKeyError
 
-from world_core.errors import ClosedError, ConflictError, InvalidArgumentError, PayloadTooLargeError
-from world_core.spi import Chunk, Stream, StreamInfo, validate_id, validate_write
+from world_core.errors import ClosedError, ConflictError, PayloadTooLargeError
+from world_core.spi import (
+    Chunk,
+    Stream,
+    StreamInfo,
+    validate_id,
+    validate_stream_read,
+    validate_write,
+)
 from world_mongo._errors import BSON_LIMIT, translate
 from world_mongo._segments import Segments
 
@@ -115,9 +122,7 @@ class MongoStream(Stream):
         )
 
     async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        validate_id(stream_id, "stream_id")
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise InvalidArgumentError(f"start must be an int, got {start!r}")
+        validate_stream_read(stream_id, start=start)
         world = self._world
         backoff = world.new_backoff()
         with world.notifier.subscribe("stream", stream_id) as sub:
