@@ -7,7 +7,6 @@ from functools import partial
 
 from world_core.errors import ConflictError, DuplicateKeyError, InvalidArgumentError
 from world_core.spi import (
-    MAX_LIST_LIMIT,
     Event,
     Log,
     LogInfo,
@@ -16,7 +15,8 @@ from world_core.spi import (
     Page,
     validate_append,
     validate_id,
-    validate_limit,
+    validate_list,
+    validate_read,
 )
 from world_turso._db import (
     Conn,
@@ -42,12 +42,6 @@ _WAIT_MIN, _WAIT_MAX = 0.005, 0.2
 
 def _event(row: Row) -> Event:
     return Event(seq=as_int(row[0]), key=as_opt_str(row[1]), data=as_bytes(row[2]))
-
-
-def _check_after(after: object) -> int:
-    if isinstance(after, bool) or not isinstance(after, int):
-        raise InvalidArgumentError(f"after must be an int seq, got {after!r}")
-    return after
 
 
 def _upper_bound(prefix: str) -> str | None:
@@ -170,9 +164,7 @@ class TursoLog(Log):
         return await self._db.run(run, tx=Tx.WRITE)
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        validate_id(log_id, "log_id")
-        after = _check_after(after)
-        validate_limit(limit)
+        validate_read(log_id, after=after, limit=limit)
         return await self._db.run(
             lambda conn: self._read(conn, log_id, after, -1 if limit is None else limit),
             tx=Tx.NONE,
@@ -215,8 +207,7 @@ class TursoLog(Log):
         return await self._db.run(run, tx=Tx.NONE)
 
     def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        validate_id(log_id, "log_id")
-        return self._watch(log_id, _check_after(after))
+        return self._watch(log_id, validate_read(log_id, after=after))
 
     async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
         db = self._db
@@ -243,13 +234,7 @@ class TursoLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        if not isinstance(prefix, str):
-            raise InvalidArgumentError(f"prefix must be a str, got {type(prefix).__name__}")
-        if prefix:
-            validate_id(prefix, "prefix")
-        if status is not None:
-            validate_id(status, "status")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         start = None if cursor is None else _decode_cursor(cursor)
         where = ["1"]
         params: list[Param] = []

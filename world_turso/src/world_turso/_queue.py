@@ -9,18 +9,19 @@ from __future__ import annotations
 import time
 import uuid
 
-from world_core.errors import InvalidArgumentError, LeaseLostError, NotFoundError
+from world_core.errors import LeaseLostError, NotFoundError
 from world_core.spi import (
     DEFAULT_MAX_ATTEMPTS,
-    MAX_LIST_LIMIT,
     DeadLetter,
     Lease,
     Queue,
     validate_claim,
-    validate_duration,
+    validate_dead_letters,
     validate_enqueue,
     validate_id,
-    validate_limit,
+    validate_lease,
+    validate_release,
+    validate_renew,
 )
 from world_turso._db import (
     Conn,
@@ -75,12 +76,6 @@ def _bury(conn: Conn, t: Tables, n: int, reason: str) -> None:
         [reason, n],
     )
     conn.exec(f"DELETE FROM {t.messages} WHERE n = ?", [n])
-
-
-def _check_lease(lease: object) -> Lease:
-    if not isinstance(lease, Lease):
-        raise InvalidArgumentError(f"pass the Lease that claim returned, got {lease!r}")
-    return lease
 
 
 def _lost(lease: Lease) -> LeaseLostError:
@@ -214,10 +209,7 @@ class TursoQueue(Queue):
         return leases
 
     async def renew(self, lease: Lease, duration: float) -> Lease:
-        lease = _check_lease(lease)
-        seconds = validate_duration(duration, "duration")
-        if seconds <= 0:
-            raise InvalidArgumentError("duration must be > 0 seconds")
+        seconds = validate_renew(lease, duration)
         t = self._t
 
         def run(conn: Conn) -> float:
@@ -235,7 +227,7 @@ class TursoQueue(Queue):
         return lease.model_copy(update={"deadline": deadline})
 
     async def ack(self, lease: Lease) -> None:
-        lease = _check_lease(lease)
+        validate_lease(lease)
         t = self._t
 
         def run(conn: Conn) -> None:
@@ -249,8 +241,7 @@ class TursoQueue(Queue):
         await self._db.run(run, tx=Tx.WRITE, notify=False)
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
-        lease = _check_lease(lease)
-        seconds = validate_duration(delay, "delay")
+        seconds = validate_release(lease, delay)
         t = self._t
 
         def run(conn: Conn) -> None:
@@ -278,8 +269,7 @@ class TursoQueue(Queue):
         await self._db.run(run, tx=Tx.WRITE)
 
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
-        validate_id(queue, "queue")
-        validate_limit(limit, "limit", MAX_LIST_LIMIT)
+        validate_dead_letters(queue, limit=limit)
         rows = await self._db.run(
             lambda conn: conn.rows(
                 f"SELECT id, payload, attempts, reason FROM {self._t.dead} WHERE queue = ?"

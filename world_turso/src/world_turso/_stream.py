@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from functools import partial
 
-from world_core.errors import ClosedError, ConflictError, InvalidArgumentError
-from world_core.spi import Chunk, Stream, StreamInfo, validate_id, validate_write
+from world_core.errors import ClosedError, ConflictError
+from world_core.spi import (
+    Chunk,
+    Stream,
+    StreamInfo,
+    validate_id,
+    validate_stream_read,
+    validate_write,
+)
 from world_turso._db import Conn, Database, Param, Tx, as_bytes, as_int
 from world_turso._schema import Tables
 
@@ -90,10 +97,7 @@ class TursoStream(Stream):
         return StreamInfo(stream_id=stream_id, next_index=next_index, closed=closed)
 
     def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        validate_id(stream_id, "stream_id")
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise InvalidArgumentError(f"start must be an int index, got {start!r}")
-        return self._read(stream_id, start)
+        return self._read(stream_id, validate_stream_read(stream_id, start=start))
 
     def _batch(self, conn: Conn, stream_id: str, start: int) -> tuple[list[Chunk], int, bool]:
         # One read transaction: the chunks and the closed flag come from the same snapshot,
