@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -13,11 +15,12 @@ from world_core import (
     DuplicateKeyError,
     Event,
     InvalidArgumentError,
+    InvalidIdentifierError,
     LogInfo,
     NewEvent,
     World,
 )
-from world_core.spi import MAX_LIST_LIMIT
+from world_core.spi import MAX_ID_BYTES, MAX_LIST_LIMIT, MAX_STATUS_BYTES
 
 __all__ = ["LogContract"]
 
@@ -84,6 +87,18 @@ class LogContract(ContractBase):
         for bad in (0, -1):
             with pytest.raises(InvalidArgumentError):
                 await world.log.read("l", limit=bad)
+
+    async def test_log_read_after_refused(self, world: World) -> None:
+        """``after`` is an int >= 0 (not a bool) for ``read`` and ``watch`` alike; a refused
+        watch fails at once instead of waiting."""
+        await world.log.append("l", _events(b"a"))
+        bad_afters: tuple[Any, ...] = (-1, True, "0", 1.0, None)
+        for bad in bad_afters:
+            with pytest.raises(InvalidArgumentError):
+                await world.log.read("l", after=bad)
+            with anyio.fail_after(5), pytest.raises(InvalidArgumentError):
+                await anext(world.log.watch("l", after=bad))
+        assert [e.seq for e in await world.log.read("l", after=0)] == [1]
 
     async def test_log_empty_batch_refused(self, world: World) -> None:
         with pytest.raises(InvalidArgumentError):
@@ -280,6 +295,31 @@ class LogContract(ContractBase):
         for bad in (0, -1, MAX_LIST_LIMIT + 1):
             with pytest.raises(InvalidArgumentError):
                 await world.log.list_logs(limit=bad)
+
+    async def test_log_list_arguments_refused(self, world: World) -> None:
+        """A prefix is any str ("" for all) following the identifier rules but for emptiness;
+        a status filter follows the status rules of ``append``; a cursor is None or a str;
+        the limit is an int from 1 to MAX_LIST_LIMIT."""
+        await world.log.append("l", _events(b"a"))
+        not_str: Any = 1
+        bad_ids = ("a\x00", "x" * (MAX_ID_BYTES + 1), "\ud800")
+        for prefix in bad_ids:
+            with pytest.raises(InvalidIdentifierError):
+                await world.log.list_logs(prefix=prefix)
+        for status in ("", "s\x00", "s" * (MAX_STATUS_BYTES + 1)):
+            with pytest.raises(InvalidIdentifierError):
+                await world.log.list_logs(status=status)
+        with pytest.raises(InvalidArgumentError):
+            await world.log.list_logs(prefix=not_str)
+        with pytest.raises(InvalidArgumentError):
+            await world.log.list_logs(cursor=not_str)
+        for limit in (None, True, 1.0):
+            bad_limit: Any = limit
+            with pytest.raises(InvalidArgumentError):
+                await world.log.list_logs(limit=bad_limit)
+        longest = "é" * (MAX_ID_BYTES // 2)
+        assert (await world.log.list_logs(prefix=longest)).items == []
+        assert [i.log_id for i in (await world.log.list_logs(prefix="")).items] == ["l"]
 
     async def test_log_delete_then_append_restarts(self, world: World) -> None:
         log = world.log

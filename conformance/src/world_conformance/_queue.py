@@ -6,6 +6,8 @@ anything happens, only what is seen, with every wait bounded.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -15,6 +17,7 @@ from world_conformance._target import WorldTarget
 from world_core import (
     DeadLetter,
     InvalidArgumentError,
+    InvalidIdentifierError,
     Lease,
     LeaseLostError,
     NotFoundError,
@@ -265,6 +268,41 @@ class QueueContract(ContractBase):
             await world.queue.requeue("q", "no-such-message")
         with pytest.raises(NotFoundError):
             await world.queue.requeue("other", ids[0])
+
+    async def test_queue_lease_arguments_refused(self, world: World) -> None:
+        """``renew``, ``ack`` and ``release`` take the Lease itself (a copy with an invalid id
+        or token is refused as such); ``renew`` needs a duration > 0, ``release`` a delay
+        >= 0. A refused call changes nothing: the lease stays current."""
+        await world.queue.enqueue("q", b"x")
+        lease = await _claim_one(world, "q", "w")
+        not_a_lease: Any = lease.model_dump()
+        with pytest.raises(InvalidArgumentError):
+            await world.queue.renew(not_a_lease, LONG)
+        with pytest.raises(InvalidArgumentError):
+            await world.queue.ack(not_a_lease)
+        with pytest.raises(InvalidArgumentError):
+            await world.queue.release(not_a_lease)
+        for field in ("queue", "message_id", "token"):
+            broken = lease.model_copy(update={field: "a\x00"})
+            with pytest.raises(InvalidIdentifierError):
+                await world.queue.ack(broken)
+            with pytest.raises(InvalidIdentifierError):
+                await world.queue.renew(broken, LONG)
+            with pytest.raises(InvalidIdentifierError):
+                await world.queue.release(broken)
+        for duration in (0, 0.0, -1.0, float("inf"), float("nan")):
+            with pytest.raises(InvalidArgumentError):
+                await world.queue.renew(lease, duration)
+        for delay in (-1.0, float("inf")):
+            with pytest.raises(InvalidArgumentError):
+                await world.queue.release(lease, delay=delay)
+        no_limit: Any = None
+        with pytest.raises(InvalidArgumentError):
+            await world.queue.dead_letters("q", limit=no_limit)
+        renewed = await world.queue.renew(lease, LONG)
+        assert (renewed.token, renewed.attempt) == (lease.token, 1)
+        await world.queue.ack(lease)
+        assert await world.queue.claim("q", "w", lease=LONG) == []
 
     async def test_queue_claim_wait_woken_by_enqueue(self, world: World) -> None:
         got: list[Lease] = []

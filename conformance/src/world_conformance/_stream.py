@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -50,6 +52,16 @@ class StreamContract(ContractBase):
         with pytest.raises(InvalidArgumentError):
             await world.stream.write("s", [])
         assert await world.stream.info("s") == StreamInfo(stream_id="s", next_index=0, closed=False)
+
+    async def test_stream_read_start_refused(self, world: World) -> None:
+        """``start`` is any int (negative counts back); anything else fails at once."""
+        await world.stream.write("s", [b"a"])
+        await world.stream.close("s")
+        bad_starts: tuple[Any, ...] = ("0", 1.0, True, None)
+        for bad in bad_starts:
+            with anyio.fail_after(5), pytest.raises(InvalidArgumentError):
+                await anext(world.stream.read("s", start=bad))
+        assert await drain(world.stream.read("s", start=-5)) == _chunks(b"a")
 
     async def test_stream_compare_and_set(self, world: World) -> None:
         stream = world.stream
