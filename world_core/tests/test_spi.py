@@ -15,6 +15,7 @@ from world_core.spi import (
     Lease,
     NewEvent,
     OutboxMessage,
+    prefix_end,
     validate_append,
     validate_claim,
     validate_dead_letters,
@@ -291,3 +292,15 @@ def test_dead_letters_limit_is_required_and_bounded() -> None:
             validate_dead_letters("q", limit=limit)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidIdentifierError, match="queue"):
         validate_dead_letters("", limit=1)
+
+
+def test_prefix_end_bounds_exactly_the_strings_with_the_prefix() -> None:
+    assert prefix_end("") is None
+    assert prefix_end("ab") == "ac"
+    assert prefix_end("a\U0010ffff") == "b"
+    assert prefix_end("\U0010ffff") is None
+    assert prefix_end("a\ud7ff") == "a\ue000"
+    end = prefix_end("a%")
+    assert end is not None
+    assert all("a%" <= s < end for s in ("a%", "a%\U0010ffff", "a%z"))
+    assert not any("a%" <= s < end for s in ("a&", "a", "b"))

@@ -70,6 +70,7 @@ __all__ = [
     "StreamInfo",
     "World",
     "WorldFactory",
+    "prefix_end",
     "validate_append",
     "validate_claim",
     "validate_dead_letters",
@@ -534,6 +535,25 @@ def validate_dead_letters(queue: str, *, limit: int) -> None:
     """
     validate_id(queue, "queue")
     _check_page_limit(limit)
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix``, or None when
+    there is none (``""``, or only U+10FFFF characters).
+
+    ``list_logs`` selects ``prefix <= id < prefix_end(prefix)`` in code-point order, so the
+    prefix stays literal text. Surrogates are skipped: they never occur in a valid id.
+    """
+    chars = list(prefix)
+    while chars:
+        code = ord(chars[-1]) + 1
+        if code == 0xD800:
+            code = 0xE000
+        if code <= 0x10FFFF:
+            chars[-1] = chr(code)
+            return "".join(chars)
+        chars.pop()
+    return None
 
 
 # --------------------------------------------------------------------------------------------

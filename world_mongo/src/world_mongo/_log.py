@@ -21,6 +21,7 @@ from world_core.spi import (
     NewEvent,
     OutboxMessage,
     Page,
+    prefix_end,
     validate_append,
     validate_id,
     validate_list,
@@ -41,20 +42,6 @@ _PER_EVENT_OVERHEAD = 32
 
 def _event(seq: int, item: Doc) -> Event:
     return Event(seq=seq, data=item["d"], key=item.get("k"))
-
-
-def _successor(prefix: str) -> str | None:
-    """The smallest string greater than every string starting with ``prefix``, or None."""
-    chars = list(prefix)
-    while chars:
-        code = ord(chars[-1]) + 1
-        if code == 0xD800:
-            code = 0xE000  # surrogates never occur in valid ids
-        if code <= 0x10FFFF:
-            chars[-1] = chr(code)
-            return "".join(chars)
-        chars.pop()
-    return None
 
 
 class MongoLog(Log):
@@ -255,7 +242,7 @@ class MongoLog(Log):
         bounds: Doc = {}
         if prefix:
             bounds["$gte"] = prefix
-            upper = _successor(prefix)
+            upper = prefix_end(prefix)
             if upper is not None:
                 bounds["$lt"] = upper
         # The cursor is the last id of the previous page.

@@ -19,6 +19,7 @@ from world_core.spi import (
     NewEvent,
     OutboxMessage,
     Page,
+    prefix_end,
     validate_append,
     validate_id,
     validate_list,
@@ -33,20 +34,6 @@ __all__ = ["PostgresLog"]
 _WATCH_BATCH = 256
 # Appenders racing for the same seq retry at once; this bounds a pathological pile-up.
 _MAX_SEQ_RACES = 10_000
-
-
-def _prefix_end(prefix: str) -> str | None:
-    """The smallest string greater than every string starting with ``prefix`` (None: none)."""
-    chars = list(prefix)
-    while chars:
-        code = ord(chars[-1]) + 1
-        if code == 0xD800:
-            code = 0xE000  # surrogates cannot be stored; skip them
-        if code <= 0x10FFFF:
-            chars[-1] = chr(code)
-            return "".join(chars)
-        chars.pop()
-    return None
 
 
 class PostgresLog(Log):
@@ -242,7 +229,7 @@ class PostgresLog(Log):
         validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         if cursor is not None:
             validate_id(cursor, "cursor")  # a log id: the last of the previous page
-        end = _prefix_end(prefix)
+        end = prefix_end(prefix)
 
         async def op(conn: Conn, retried: bool) -> Page[LogInfo]:
             rows = await conn.fetch(self._list, prefix, end, status, cursor, limit + 1)

@@ -13,6 +13,7 @@ from world_core.spi import (
     NewEvent,
     OutboxMessage,
     Page,
+    prefix_end,
     validate_append,
     validate_id,
     validate_list,
@@ -42,18 +43,6 @@ _WAIT_MIN, _WAIT_MAX = 0.005, 0.2
 
 def _event(row: Row) -> Event:
     return Event(seq=as_int(row[0]), key=as_opt_str(row[1]), data=as_bytes(row[2]))
-
-
-def _upper_bound(prefix: str) -> str | None:
-    """The least string greater than every string starting with ``prefix``."""
-    chars = list(prefix)
-    while chars:
-        code = ord(chars.pop()) + 1
-        if code == 0xD800:
-            code = 0xE000  # skip surrogates: they cannot occur in an id
-        if code <= 0x10FFFF:
-            return "".join(chars) + chr(code)
-    return None
 
 
 def _encode_cursor(log_id: str) -> str:
@@ -241,7 +230,7 @@ class TursoLog(Log):
         if prefix:
             where.append("log_id >= ?")
             params.append(prefix)
-            upper = _upper_bound(prefix)
+            upper = prefix_end(prefix)
             if upper is not None:
                 where.append("log_id < ?")
                 params.append(upper)
