@@ -18,6 +18,7 @@ from world_core import (
     BackendUnavailableError,
     ClosedError,
     ConflictError,
+    InvalidArgumentError,
     NewEvent,
 )
 from world_turso import TursoWorld, connect
@@ -157,7 +158,8 @@ async def test_integers_past_32_bits(turso: TursoWorld) -> None:
     assert caught.value.actual == 0
     assert caught.value.expected == big
     assert await turso.log.read("x", after=big) == []
-    assert await turso.log.read("x", after=-big) == []
+    with pytest.raises(InvalidArgumentError):  # spi.validate_read: after is >= 0
+        await turso.log.read("x", after=-big)
     with pytest.raises(ConflictError):
         await turso.stream.write("s", [b"1"], expect_next=big)
     await turso.queue.enqueue("q", b"m", max_attempts=big)
