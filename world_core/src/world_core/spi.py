@@ -10,7 +10,9 @@ suite (``world-conformance``) is the executable form of these docstrings.
 
 Rules shared by every method:
 
-* Every method is async and is one round trip or one transaction of the store.
+* Every method is async and is one round trip or one transaction of the store. A store
+  without multi-document transactions (a standalone ``mongod``) may use a small fixed number
+  of single-document writes instead, exactly one of which commits the change.
 * Payloads (event data, message payloads, stream chunks) are opaque ``bytes``: empty, NUL
   bytes and any other content are stored and returned exactly.
 * One call carries at most :data:`MAX_PAYLOAD_BYTES` of payload in total (an append batch

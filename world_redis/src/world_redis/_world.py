@@ -45,8 +45,8 @@ class RedisWorld(World):
 
     def settings(self) -> Mapping[str, str]:
         return {
-            "WORKFLOW_REDIS_URL": self._conn.safe_url,
-            "WORKFLOW_NAMESPACE": self.namespace,
+            "url": self._conn.safe_url,
+            "namespace": self.namespace,
             "mode": "cluster" if self._conn.cluster else "single",
         }
 
