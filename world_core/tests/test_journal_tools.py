@@ -117,10 +117,12 @@ def test_registry() -> None:
     bare: Any = refund
     with pytest.raises(InvalidArgumentError, match=r"replay='safe'\|'never'"):
         registry.add(bare)
-    relabelled = registry.relabel("lookup", "never")
-    assert relabelled.get("lookup") is not None
-    assert relabelled.get("lookup").replay == "never"  # type: ignore[union-attr]
-    assert registry.get("lookup").replay == "safe"  # type: ignore[union-attr]
+    relabelled = registry.relabel("lookup", "never").get("lookup")
+    original = registry.get("lookup")
+    assert relabelled is not None
+    assert original is not None
+    assert relabelled.replay == "never"
+    assert original.replay == "safe"
 
 
 def test_decorator_form() -> None:

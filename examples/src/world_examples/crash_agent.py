@@ -29,6 +29,7 @@ from world_core import (
     Agent,
     ModelReply,
     ModelRequest,
+    Replay,
     ScriptedModel,
     ToolCall,
     ToolContext,
@@ -39,7 +40,7 @@ from world_core import (
 from world_core.errors import ConfigurationError
 from world_examples._maildir import SESSION_HEADER, read_maildir
 
-__all__ = ["MESSAGE", "NOTES", "build_agent", "policy", "tools"]
+__all__ = ["MESSAGE", "NOTES", "build_agent", "policy", "send_replay_from_env", "tools"]
 
 MESSAGE = "Please email the launch note to ada@example.com."
 """The user's message for the demo turn."""
@@ -89,12 +90,22 @@ def check_sent(to: str, subject: str, context: ToolContext) -> str:
     return "no: nothing delivered"
 
 
-def tools(send_replay: str = "never") -> ToolRegistry:
-    """The three tools; ``send_replay`` labels send_email (anything but never/safe is refused)."""
+def send_replay_from_env() -> Replay:
+    """``WORLD_DEMO_SEND_REPLAY`` as a replay label (default ``never``)."""
+    value = os.environ.get("WORLD_DEMO_SEND_REPLAY", "never")
+    if value == "never":
+        return "never"
+    if value == "safe":
+        return "safe"
+    raise ConfigurationError(f"WORLD_DEMO_SEND_REPLAY must be 'never' or 'safe', got {value!r}")
+
+
+def tools(send_replay: Replay = "never") -> ToolRegistry:
+    """The three tools; ``send_replay`` labels send_email."""
     return ToolRegistry(
         [
             tool(lookup_note, replay="safe"),
-            tool(send_email, replay="never").relabel(send_replay),  # type: ignore[arg-type]
+            tool(send_email, replay="never").relabel(send_replay),
             tool(check_sent, replay="safe"),
         ]
     )
@@ -159,6 +170,6 @@ def build_agent() -> Agent:
     calls = os.environ.get("WORLD_DEMO_CALLS")
     return Agent(
         model=_LoggedModel(Path(calls) if calls else None),
-        tools=tools(os.environ.get("WORLD_DEMO_SEND_REPLAY", "never")),
+        tools=tools(send_replay_from_env()),
         system="You are a careful assistant. Check before repeating anything with side effects.",
     )
