@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import sys
@@ -14,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from world_core._select import list_worlds, open_world
+from world_core._select import list_worlds, load_attr, open_world
 from world_core.errors import ConfigurationError, WorldError
 
 __all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "main"]
@@ -74,12 +73,7 @@ def _load_agent_factory(spec: str) -> Callable[[], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"--agent {spec!r}: use module:attribute, e.g. my_app.agent:build")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"--agent {spec!r} cannot be loaded: {exc}") from exc
+    target: Any = load_attr(spec, "--agent")
     from world_core._agent import Agent
 
     if isinstance(target, Agent):

@@ -69,13 +69,19 @@ def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _load_attr(spec: str) -> object:
+def load_attr(spec: str, setting: str) -> object:
+    """Import ``module:attr`` (``attr`` may be dotted) named by ``setting``.
+
+    Raises:
+        ConfigurationError: the module cannot be imported or has no such attribute; the message
+            names ``setting`` and ``spec``.
+    """
     module_name, _, attr = spec.partition(":")
     try:
         target: object = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(
-            f"cannot import {module_name!r} for WORKFLOW_TARGET_WORLD={spec!r}: {exc}. "
+            f"{setting}={spec!r} cannot be loaded: cannot import {module_name!r}: {exc}. "
             "Install the package that provides it."
         ) from exc
     for part in attr.split("."):
@@ -83,7 +89,7 @@ def _load_attr(spec: str) -> object:
             target = getattr(target, part)
         except AttributeError as exc:
             raise ConfigurationError(
-                f"{module_name!r} has no attribute {attr!r} (WORKFLOW_TARGET_WORLD={spec!r})"
+                f"{setting}={spec!r} cannot be loaded: {module_name!r} has no attribute {attr!r}"
             ) from exc
     return target
 
@@ -105,7 +111,7 @@ def resolve_world(target: str | None = None) -> tuple[str, WorldFactory]:
     spec = (target if target is not None else os.environ.get("WORKFLOW_TARGET_WORLD", "")).strip()
     spec = spec or DEFAULT_WORLD
     if ":" in spec:
-        return spec, cast(WorldFactory, _load_attr(spec))
+        return spec, cast(WorldFactory, load_attr(spec, "WORKFLOW_TARGET_WORLD"))
     wanted = _normalize(spec)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist_name = _normalize(ep.dist.metadata["Name"]) if ep.dist is not None else ""
