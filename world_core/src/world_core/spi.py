@@ -279,7 +279,7 @@ def validate_duration(value: object, what: str) -> float:
     return result
 
 
-def validate_limit(value: int | None, what: str = "limit", maximum: int | None = None) -> None:
+def validate_limit(value: object, what: str = "limit", maximum: int | None = None) -> None:
     """Check an optional positive page size."""
     if value is None:
         return
@@ -310,12 +310,9 @@ def _check_status(status: object) -> None:
 
 
 def _check_page_limit(value: object, what: str = "limit") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(
-            f"{what} must be an int from 1 to {MAX_LIST_LIMIT}, got {value!r}"
-        )
-    if value > MAX_LIST_LIMIT:
-        raise InvalidArgumentError(f"{what} must be at most {MAX_LIST_LIMIT}, got {value}")
+    if value is None:  # a page always has a size; validate_limit alone lets None mean "all"
+        raise InvalidArgumentError(f"{what} must be an int from 1 to {MAX_LIST_LIMIT}, got None")
+    validate_limit(value, what, MAX_LIST_LIMIT)
 
 
 def validate_append(
