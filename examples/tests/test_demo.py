@@ -85,8 +85,8 @@ def test_inbox_receives_real_smtp(tmp_path: Path) -> None:
 def _conversation(*results: tuple[str, str, str]) -> ModelRequest:
     messages: list[dict[str, object]] = [{"role": "user", "content": MESSAGE}]
     for index, (name, arguments, content) in enumerate(results):
-        call = {"id": f"c{index}", "type": "function"}
-        call["function"] = {"name": name, "arguments": arguments}  # type: ignore[assignment]
+        call: dict[str, object] = {"id": f"c{index}", "type": "function"}
+        call["function"] = {"name": name, "arguments": arguments}
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": f"c{index}", "content": content})
     return ModelRequest(messages=messages)

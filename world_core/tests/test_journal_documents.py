@@ -111,6 +111,6 @@ async def test_documents_refuse_bad_input_before_writing(world: World) -> None:
     with pytest.raises(InvalidArgumentError, match="must not contain '/'"):
         await docs.put("s", "a/b", Todo())
     with pytest.raises(InvalidArgumentError, match="pydantic model"):
-        await docs.put("s", "todo", {"items": []})  # type: ignore[arg-type]
+        await docs.put("s", "todo", {"items": []})  # type: ignore[arg-type]  # refusal under test
     assert await world.log.tail(LOG) == 0
     assert await docs.get("s", "todo", Todo) is None

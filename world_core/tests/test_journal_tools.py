@@ -1,5 +1,8 @@
 """Tools: the required replay label, schemas from type hints, argument checks."""
 
+# Every "type: ignore" in this file marks an argument of a deliberately wrong type or value:
+# the refusal of it is what the test checks.
+
 from __future__ import annotations
 
 from typing import Annotated, Any

@@ -1,5 +1,8 @@
 """The validation every backend runs first, the error tree, and the SPI records."""
 
+# Every "type: ignore" in this file marks an argument of a deliberately wrong type or value:
+# the refusal of it is what the test checks.
+
 from __future__ import annotations
 
 import pydantic

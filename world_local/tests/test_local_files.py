@@ -327,7 +327,7 @@ async def test_followers_refuse_bad_arguments_when_called(world: LocalWorld) -> 
     with pytest.raises(InvalidIdentifierError):
         world.stream.read("")
     with pytest.raises(InvalidArgumentError):
-        world.stream.read("s", start=1.5)  # type: ignore[arg-type]
+        world.stream.read("s", start=1.5)  # type: ignore[arg-type]  # refusal under test
 
 
 async def test_connect_removes_temporaries_of_dead_writers_only(tmp_path: Path) -> None:

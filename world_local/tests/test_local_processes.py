@@ -238,6 +238,7 @@ def test_concurrent_appenders_in_several_processes_stay_dense(tmp_path: Path) ->
     reports = [tmp_path / f"writer-{i}.txt" for i in range(3)]
     children = [_spawn("append", tmp_path, "shared", r, f"w{i}-") for i, r in enumerate(reports)]
     for child, report in zip(children, reports, strict=True):
+        # The default argument binds this iteration's report; mypy cannot type such a lambda.
         _wait_until(lambda r=report: len(_lines(r)) >= 15, "15 batches from each writer", child)  # type: ignore[misc]
     for child in children:
         child.kill()
