@@ -201,7 +201,7 @@ async def bench_stream(world: RedisWorld, rounds: int) -> dict[str, float]:
 async def main(url: str, quick: bool) -> None:
     world = await connect(url=url, namespace=f"bench_{secrets.token_hex(4)}")
     scale = 0.2 if quick else 1.0
-    results: dict[str, Any] = {"url": world.settings()["WORKFLOW_REDIS_URL"]}
+    results: dict[str, Any] = {"url": world.settings()["url"]}
     try:
         results["append"] = await bench_append(world, int(2000 * scale))
         results["queue_1_per_s"] = await bench_queue(world, 1, int(5000 * scale))

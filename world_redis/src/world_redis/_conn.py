@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -22,6 +21,7 @@ from world_core.errors import (
     ConfigurationError,
     WorldError,
 )
+from world_redis._pipe import Encode, Pipe, encode_command, encode_head
 from world_redis._scripts import Script
 
 __all__ = ["Connection", "open_connection", "translate"]
@@ -45,36 +45,55 @@ _TRANSIENT_PREFIXES = (
     "NOREPLICAS",
 )
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+_KEY_CACHE_SIZE = 4096
 
 
-@contextmanager
-def translate(what: str) -> Iterator[None]:
+class translate:
     """Turn redis-py and socket errors into world errors, chained; transient ones into
-    BackendUnavailableError. Messages never carry the URL (it may hold a password)."""
-    try:
-        yield
-    except WorldError:
-        raise
-    except (
-        rexc.ConnectionError,
-        rexc.TimeoutError,
-        rexc.ClusterError,
-        rexc.RedisClusterException,
-        OSError,  # includes TimeoutError from anyio.fail_after around blocking calls
-    ) as exc:
-        raise BackendUnavailableError(
+    BackendUnavailableError. Messages never carry the URL (it may hold a password).
+
+    A class rather than a generator context manager: it wraps every call, so it is kept cheap.
+    """
+
+    __slots__ = ("_what",)
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if exc is None or isinstance(exc, WorldError) or not isinstance(exc, Exception):
+            return
+        translated = _translated(self._what, exc)
+        if translated is not None:
+            raise translated from exc
+
+
+def _translated(what: str, exc: Exception) -> WorldError | None:
+    if isinstance(
+        exc,
+        rexc.ConnectionError
+        | rexc.TimeoutError
+        | rexc.ClusterError
+        | rexc.RedisClusterException
+        | OSError,  # includes TimeoutError from anyio.fail_after around blocking calls
+    ):
+        return BackendUnavailableError(
             f"Redis unavailable during {what}: {type(exc).__name__}: {exc}. "
             "Retry later; whether a write took effect is unknown."
-        ) from exc
-    except rexc.ResponseError as exc:
+        )
+    if isinstance(exc, rexc.ResponseError):
         text = str(exc)
         if text.startswith(_TRANSIENT_PREFIXES):
-            raise BackendUnavailableError(
-                f"Redis refused {what} for now: {text}. Retry later."
-            ) from exc
-        raise WorldError(f"Redis error during {what}: {text}") from exc
-    except rexc.RedisError as exc:
-        raise WorldError(f"Redis client error during {what}: {type(exc).__name__}: {exc}") from exc
+            return BackendUnavailableError(f"Redis refused {what} for now: {text}. Retry later.")
+        return WorldError(f"Redis error during {what}: {text}")
+    if isinstance(exc, rexc.RedisError):
+        return WorldError(f"Redis client error during {what}: {type(exc).__name__}: {exc}")
+    return None  # not the driver's: it propagates as it is
 
 
 class Connection:
@@ -87,6 +106,12 @@ class Connection:
         self.cluster = cluster
         self.safe_url = redact(url)
         self._closed = False
+        # Script calls on one server are pipelined (see _pipe); a cluster client routes each
+        # call to its slot's node itself.
+        self.pipe = None if isinstance(main, RedisCluster) else Pipe(main, timeout=_SOCKET_TIMEOUT)
+        self._heads: dict[tuple[str, bool], bytes] = {}
+        self._key_heads: dict[tuple[str, ...], bytes] = {}
+        self._encoders: dict[tuple[str, tuple[str, ...]], Encode] = {}
 
     @property
     def main(self) -> Client:
@@ -107,10 +132,73 @@ class Connection:
 
     async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA, or EVAL when the server does not know the script (restart, new node)."""
+        if self.pipe is None:
+            try:
+                return await self.command("EVALSHA", script.sha, len(keys), *keys, *args)
+            except rexc.NoScriptError:
+                return await self.command("EVAL", script.source, len(keys), *keys, *args)
+        if self._closed:
+            raise ClosedError("this RedisWorld is closed; open a new one")
+        key_head = self._key_head(keys)
+        count = 3 + len(keys)
         try:
-            return await self.command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await self.pipe.call(
+                encode_command(self._head(script, sha=True) + key_head, count, args)
+            )
         except rexc.NoScriptError:
-            return await self.command("EVAL", script.source, len(keys), *keys, *args)
+            return await self.pipe.call(
+                encode_command(self._head(script, sha=False) + key_head, count, args)
+            )
+
+    async def run_merged(self, script: Script, keys: Sequence[str], item: Sequence[Arg]) -> Any:
+        """One item of ``script``, which takes any number of items of ``len(item)`` arguments
+        and replies with one result per item: on one server, concurrent items on the same keys
+        run as one script call (see _pipe). Returns this item's result."""
+        if self.pipe is None:
+            return (await self.run(script, keys, item))[0]
+        if self._closed:
+            raise ClosedError("this RedisWorld is closed; open a new one")
+        merge_key = (script.name, keys if isinstance(keys, tuple) else tuple(keys))
+        encode = self._encoders.get(merge_key)
+        if encode is None:
+            encode = self._encoder(script, merge_key)
+        try:
+            return await self.pipe.call_merged(merge_key, encode, item)
+        except rexc.NoScriptError:
+            await self.pipe.call(encode_command(b"", 0, ["SCRIPT", "LOAD", script.source]))
+            return await self.pipe.call_merged(merge_key, encode, item)
+
+    def _encoder(self, script: Script, merge_key: tuple[str, tuple[str, ...]]) -> Encode:
+        keys = merge_key[1]
+        head = self._head(script, sha=True) + encode_head([len(keys), *keys])
+        count = 3 + len(keys)
+
+        def encode(items: list[Sequence[Arg]]) -> bytes:
+            if len(items) == 1:
+                return encode_command(head, count, items[0])
+            return encode_command(head, count, [arg for one in items for arg in one])
+
+        if len(self._encoders) >= _KEY_CACHE_SIZE:
+            self._encoders.clear()
+        self._encoders[merge_key] = encode
+        return encode
+
+    def _head(self, script: Script, *, sha: bool) -> bytes:
+        found = self._heads.get((script.name, sha))
+        if found is None:
+            words = ("EVALSHA", script.sha) if sha else ("EVAL", script.source)
+            found = self._heads[script.name, sha] = encode_head(words)
+        return found
+
+    def _key_head(self, keys: Sequence[str]) -> bytes:
+        # The numkeys and key arguments of one log, queue or stream, encoded once.
+        ident = tuple(keys)
+        found = self._key_heads.get(ident)
+        if found is None:
+            if len(self._key_heads) >= _KEY_CACHE_SIZE:
+                self._key_heads.clear()
+            found = self._key_heads[ident] = encode_head([len(keys), *keys])
+        return found
 
     async def block(self, *args: Arg) -> Any:
         """One blocking command on the blocking client, bounded by a client-side deadline too
@@ -123,6 +211,8 @@ class Connection:
         if self._closed:
             return
         self._closed = True
+        if self.pipe is not None:
+            await self.pipe.aclose()
         for client in (self._blocking, self._main):
             await client.aclose()
 

@@ -66,10 +66,10 @@ class RedisQueue(Queue):
             queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
         )
         with translate("enqueue"):
-            message_id = await self._conn.run(
+            message_id = await self._conn.run_merged(
                 S.ENQUEUE,
                 self._keys.queue(queue),
-                [payload, micros(delay), dedup_key or "", max_attempts, nonce()],
+                (payload, micros(delay), dedup_key or "", max_attempts, nonce()),
             )
         return bytes(message_id).decode()
 
@@ -81,8 +81,9 @@ class RedisQueue(Queue):
                 S.CLAIM, self._keys.queue(queue), [micros(lease), limit]
             )
         deadline = int(reply[0]) / 1_000_000
+        # The server's reply is trusted: no validation pass per lease.
         leases = [
-            Lease(
+            Lease.model_construct(
                 queue=queue,
                 message_id=reply[i].decode(),
                 payload=reply[i + 1],
@@ -144,8 +145,8 @@ class RedisQueue(Queue):
     async def ack(self, lease: Lease) -> None:
         validate_lease(lease)
         with translate("ack"):
-            done = await self._conn.run(
-                S.ACK, self._keys.queue(lease.queue), [lease.message_id, lease.token]
+            done = await self._conn.run_merged(
+                S.ACK, self._keys.queue(lease.queue), (lease.message_id, lease.token)
             )
         if not int(done):
             raise _lost(lease, "ack")

@@ -34,6 +34,25 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local function fmt(n) return string.format('%d', n) end
+-- One command over many arguments (HSET key f v f v ..., ZREM key m m ...), in slices that
+-- stay far below Lua's unpack limit; returns the sum of integer replies.
+local function bulk(cmd, key, args, step)
+  local total = 0
+  for i = 1, #args, step do
+    local r = redis.call(cmd, key, unpack(args, i, math.min(i + step - 1, #args)))
+    if type(r) == 'number' then total = total + r end
+  end
+  return total
+end
+-- HMGET over any number of fields, in slices.
+local function mget(key, fields)
+  local out = {}
+  for i = 1, #fields, 500 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 499, #fields)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
 """
 
 # Queue keys, 10 from offset b: V visible/delayed zset (score: visible-at), L leased zset
@@ -69,9 +88,11 @@ local function q_dead(q, now, id, a, x, reason)
   q_free_dedup(q, id)
 end
 local function q_enqueue(q, now, payload, delay, dedup, maxa, nonce)
+  -- Returns the id, and whether the message is new (not an existing one's dedup key); the
+  -- caller signals waiters.
   if dedup ~= '' then
     local existing = redis.call('HGET', q.DD, dedup)
-    if existing then return existing end
+    if existing then return existing, false end
   end
   -- The padded counter orders ties of visible-at by enqueue order; the caller's random
   -- nonce makes ids unique across queues too.
@@ -83,8 +104,7 @@ local function q_enqueue(q, now, payload, delay, dedup, maxa, nonce)
     redis.call('HSET', q.DD, dedup, id)
   end
   redis.call('ZADD', q.V, now + tonumber(delay), id)
-  q_signal(q)
-  return id
+  return id, true
 end
 """
 
@@ -93,8 +113,45 @@ ENQUEUE = Script(
     _PRELUDE
     + _QUEUE
     + r"""
--- ARGV: payload, delay_us, dedup ('' none), max_attempts, nonce
-return q_enqueue(qk(1), now_us(), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+-- ARGV: messages of 5 arguments each: payload, delay_us, dedup ('' none), max_attempts,
+-- nonce. Returns their ids, in order (a batch of concurrent enqueues, see _pipe).
+local q = qk(1)
+local now = now_us()
+local n = #ARGV / 5
+local out = {}
+local plain = true
+for i = 3, #ARGV, 5 do
+  if ARGV[i] ~= '' then plain = false break end
+end
+if plain then
+  -- No dedup keys: reserve n ids at once and write each structure with one command.
+  local first = redis.call('INCRBY', q.N, n) - n
+  local p, st, v = {}, {}, {}
+  for j = 1, n do
+    local i = 5 * j - 4
+    local id = string.format('%016d', first + j) .. '-' .. ARGV[i + 4]
+    out[j] = id
+    p[#p + 1] = id
+    p[#p + 1] = ARGV[i]
+    st[#st + 1] = id
+    st[#st + 1] = '0:' .. ARGV[i + 3] .. ':'
+    v[#v + 1] = now + tonumber(ARGV[i + 1])
+    v[#v + 1] = id
+  end
+  bulk('HSET', q.P, p, 1000)
+  bulk('HSET', q.S, st, 1000)
+  bulk('ZADD', q.V, v, 1000)
+  q_signal(q)
+  return out
+end
+local fresh = false
+for i = 1, #ARGV, 5 do
+  local id, new = q_enqueue(q, now, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
+  out[#out + 1] = id
+  fresh = fresh or new
+end
+if fresh then q_signal(q) end
+return out
 """,
 )
 
@@ -109,9 +166,15 @@ local q = qk(1)
 local now = now_us()
 -- Expired leases become visible again at their deadline (bounded sweep per call).
 local exp = redis.call('ZRANGE', q.L, '-inf', now, 'BYSCORE', 'LIMIT', 0, 1000, 'WITHSCORES')
-for i = 1, #exp, 2 do
-  redis.call('ZADD', q.V, exp[i + 1], exp[i])
-  redis.call('ZREM', q.L, exp[i])
+if #exp > 0 then
+  local back, gone = {}, {}
+  for i = 1, #exp, 2 do
+    back[#back + 1] = exp[i + 1]
+    back[#back + 1] = exp[i]
+    gone[#gone + 1] = exp[i]
+  end
+  bulk('ZADD', q.V, back, 1000)
+  bulk('ZREM', q.L, gone, 500)
 end
 local limit = tonumber(ARGV[2])
 local deadline = now + tonumber(ARGV[1])
@@ -120,23 +183,40 @@ local got = 0
 while got < limit do
   local ids = redis.call('ZRANGE', q.V, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit - got)
   if #ids == 0 then break end
-  for _, id in ipairs(ids) do
-    local a, x = q_state(q, id)
+  local states = mget(q.S, ids)
+  local live, attempts, maxes = {}, {}, {}
+  for j, id in ipairs(ids) do
+    local a, x = string.match(states[j], '^(%d+):(%d+):')
+    a, x = tonumber(a), tonumber(x)
     if a >= x then
       q_dead(q, now, id, a, x, 'delivered ' .. a .. ' times, max_attempts is ' .. x)
     else
-      a = a + 1
-      local tok = fmt(redis.call('INCR', q.N))
-      redis.call('HSET', q.S, id, a .. ':' .. x .. ':' .. tok)
-      redis.call('ZREM', q.V, id)
-      redis.call('ZADD', q.L, deadline, id)
-      got = got + 1
-      out[#out + 1] = id
-      out[#out + 1] = redis.call('HGET', q.P, id)
-      out[#out + 1] = a
-      out[#out + 1] = x
-      out[#out + 1] = tok
+      live[#live + 1] = id
+      attempts[#attempts + 1] = a + 1
+      maxes[#maxes + 1] = x
     end
+  end
+  if #live > 0 then
+    local first = redis.call('INCRBY', q.N, #live) - #live
+    local st, leased = {}, {}
+    for j, id in ipairs(live) do
+      st[#st + 1] = id
+      st[#st + 1] = attempts[j] .. ':' .. maxes[j] .. ':' .. fmt(first + j)
+      leased[#leased + 1] = deadline
+      leased[#leased + 1] = id
+    end
+    bulk('HSET', q.S, st, 1000)
+    bulk('ZREM', q.V, live, 500)
+    bulk('ZADD', q.L, leased, 1000)
+    local payloads = mget(q.P, live)
+    for j, id in ipairs(live) do
+      out[#out + 1] = id
+      out[#out + 1] = payloads[j]
+      out[#out + 1] = attempts[j]
+      out[#out + 1] = maxes[j]
+      out[#out + 1] = fmt(first + j)
+    end
+    got = got + #live
   end
 end
 if got == 0 then
@@ -174,18 +254,37 @@ ACK = Script(
     _PRELUDE
     + _QUEUE
     + r"""
--- ARGV: id, token. Returns 1, or 0 when the token is not current.
+-- ARGV: leases of 2 arguments each: id, token. Returns for each 1, or 0 when its token is
+-- not current (a batch of concurrent acks, see _pipe; a second ack of one lease gets 0).
 local q = qk(1)
-local id = ARGV[1]
-local a, x, t = q_state(q, id)
-if not a or t == '' or t ~= ARGV[2] then return 0 end
-q_free_dedup(q, id)
-redis.call('ZREM', q.L, id)
-redis.call('ZREM', q.V, id)
-redis.call('HDEL', q.P, id)
-redis.call('HDEL', q.S, id)
-redis.call('HDEL', q.DK, id)
-return 1
+local ids = {}
+for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+local states = mget(q.S, ids)
+local dedups = mget(q.DK, ids)
+local out, done, seen = {}, {}, {}
+for j, id in ipairs(ids) do
+  local s = states[j]
+  local t = s and string.match(s, '^%d+:%d+:(.*)$')
+  if t and t ~= '' and t == ARGV[2 * j] and not seen[id] then
+    seen[id] = true
+    done[#done + 1] = id
+    out[j] = 1
+    local k = dedups[j]
+    if k then
+      if redis.call('HGET', q.DD, k) == id then redis.call('HDEL', q.DD, k) end
+      redis.call('HDEL', q.DK, id)
+    end
+  else
+    out[j] = 0
+  end
+end
+if #done > 0 then
+  -- An expired lease may have been swept back to visible: the ack still wins.
+  if bulk('ZREM', q.L, done, 500) < #done then bulk('ZREM', q.V, done, 500) end
+  bulk('HDEL', q.P, done, 500)
+  bulk('HDEL', q.S, done, 500)
+end
+return out
 """,
 )
 
@@ -306,7 +405,9 @@ if m > 0 then
   local now = now_us()
   for j = 0, m - 1 do
     local p = pos + 1 + 5 * j
-    q_enqueue(qk(6 + 10 * j), now, ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4])
+    local q = qk(6 + 10 * j)
+    local _, new = q_enqueue(q, now, ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3], ARGV[p + 4])
+    if new then q_signal(q) end
   end
 end
 """
