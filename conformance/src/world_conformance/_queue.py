@@ -216,6 +216,40 @@ class QueueContract(ContractBase):
         leases = await world.queue.claim("q", "w", lease=LONG, limit=20)
         assert [lease.message_id for lease in leases] == ids[:1]
 
+    async def test_queue_concurrent_enqueues_keep_their_payloads(self, world: World) -> None:
+        sent: dict[str, bytes] = {}
+
+        async def enqueue(index: int) -> None:
+            payload = f"message {index}".encode()
+            sent[await world.queue.enqueue("q", payload)] = payload
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as group:
+                for index in range(20):
+                    group.start_soon(enqueue, index)
+        assert len(sent) == 20, "two concurrent enqueues got one id"
+        leases = await world.queue.claim("q", "w", lease=LONG, limit=50)
+        assert {lease.message_id: lease.payload for lease in leases} == sent
+
+    async def test_queue_concurrent_acks_of_one_lease_one_wins(self, world: World) -> None:
+        await world.queue.enqueue("q", b"job")
+        lease = await _claim_one(world, "q", "w")
+        outcomes: list[str] = []
+
+        async def ack() -> None:
+            try:
+                await world.queue.ack(lease)
+                outcomes.append("acked")
+            except LeaseLostError:
+                outcomes.append("lost")
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as group:
+                for _ in range(5):
+                    group.start_soon(ack)
+        assert sorted(outcomes) == ["acked"] + ["lost"] * 4, "one lease was acked twice"
+        assert await world.queue.claim("q", "w", lease=LONG) == []
+
     async def test_queue_dead_letter_after_max_attempts_and_requeue(self, world: World) -> None:
         queue = world.queue
         message_id = await queue.enqueue("q", b"poison", max_attempts=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -112,6 +113,7 @@ class Connection:
         self._heads: dict[tuple[str, bool], bytes] = {}
         self._key_heads: dict[tuple[str, ...], bytes] = {}
         self._encoders: dict[tuple[str, tuple[str, ...]], Encode] = {}
+        self._loading: dict[str, asyncio.Future[Any]] = {}
 
     @property
     def main(self) -> Client:
@@ -165,8 +167,27 @@ class Connection:
         try:
             return await self.pipe.call_merged(merge_key, encode, item)
         except rexc.NoScriptError:
-            await self.pipe.call(encode_command(b"", 0, ["SCRIPT", "LOAD", script.source]))
+            await self._load(script)
             return await self.pipe.call_merged(merge_key, encode, item)
+
+    async def _load(self, script: Script) -> None:
+        """SCRIPT LOAD after NOSCRIPT (a restarted or flushed server); the many calls that
+        got NOSCRIPT together share one load."""
+        assert self.pipe is not None
+        loading = self._loading.get(script.name)
+        if loading is None:
+            loading = asyncio.ensure_future(
+                self.pipe.call(encode_command(b"", 0, ["SCRIPT", "LOAD", script.source]))
+            )
+            self._loading[script.name] = loading
+
+            def done(future: asyncio.Future[Any]) -> None:
+                self._loading.pop(script.name, None)
+                if not future.cancelled():
+                    future.exception()  # retrieved: its waiters, if any are left, raise it
+
+            loading.add_done_callback(done)
+        await asyncio.shield(loading)
 
     def _encoder(self, script: Script, merge_key: tuple[str, tuple[str, ...]]) -> Encode:
         keys = merge_key[1]

@@ -133,6 +133,7 @@ class Pipe:
         self._merging: dict[Hashable, _Entry] = {}
         self._inflight = 0
         self._flush_scheduled = False
+        self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.round_trips = 0
         self.commands = 0
@@ -140,11 +141,19 @@ class Pipe:
         """Counters, for tests and benchmarks: round trips, commands sent, calls answered."""
 
     def _connection(self) -> AbstractConnection:
+        if self._closed:
+            raise _closed()
         if self._idle:
             return self._idle.pop()
         conn: AbstractConnection = self._connection_class(**self._settings)
         self._all.append(conn)
         return conn
+
+    async def _release(self, conn: AbstractConnection) -> None:
+        if self._closed:  # closed while this round trip was on the wire (or connecting)
+            await conn.disconnect(nowait=True)
+        else:
+            self._idle.append(conn)
 
     async def call(self, command: bytes) -> Any:
         """Send one encoded command and return its reply; an error reply is raised."""
@@ -160,8 +169,8 @@ class Pipe:
         if self._inflight == 0 and not self._pending:
             # Nothing on the wire: go now, in this task.
             command = item if encode is None else encode([item])
-            self._inflight += 1
             conn = self._connection()
+            self._inflight += 1
             try:
                 self.round_trips += 1
                 self.commands += 1
@@ -169,9 +178,13 @@ class Pipe:
                 with anyio.fail_after(self._timeout):
                     await conn.send_packed_command(command, check_health=False)
                     reply = await conn.read_response()
+            except Exception as exc:
+                if self._closed:
+                    raise _closed() from exc
+                raise
             finally:
-                self._idle.append(conn)
                 self._inflight -= 1
+                await self._release(conn)
                 self._flush()
             if encode is None:
                 return reply
@@ -197,7 +210,7 @@ class Pipe:
     def _flush(self) -> None:
         """Start a round trip of everything pending if one may start now."""
         self._flush_scheduled = False
-        if not self._pending or self._inflight >= self._max_inflight:
+        if self._closed or not self._pending or self._inflight >= self._max_inflight:
             return
         batch, self._pending = self._pending, []
         self._merging = {}
@@ -207,16 +220,16 @@ class Pipe:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, batch: list[_Entry]) -> None:
-        conn = self._connection()
-        sent: list[_Entry] = []
-        commands: list[bytes] = []
-        for entry in batch:
-            command = entry.command()
-            if command is not None:
-                sent.append(entry)
-                commands.append(command)
-        answered = 0
+        conn: AbstractConnection | None = None
         try:
+            conn = self._connection()
+            sent: list[_Entry] = []
+            commands: list[bytes] = []
+            for entry in batch:
+                command = entry.command()
+                if command is not None:
+                    sent.append(entry)
+                    commands.append(command)
             if not sent:
                 return
             self.round_trips += 1
@@ -230,32 +243,33 @@ class Pipe:
                         reply = exc  # an error reply is read whole: the next one is intact
                     self.calls += len(entry.futures)
                     entry.answer(reply)
-                    answered += 1
         except BaseException as exc:
-            # The connection is gone (redis-py dropped it), timed out or the pipe was closed:
-            # every call not answered yet fails; whether it ran is unknown.
-            await conn.disconnect(nowait=True)
-            error = exc if isinstance(exc, Exception) else _closed()
-            for entry in sent[answered:]:
+            # The connection is gone (redis-py dropped it), timed out, or the pipe was closed:
+            # every call not answered yet fails (answered ones are settled and stay so);
+            # whether it ran is unknown.
+            if conn is not None:
+                await conn.disconnect(nowait=True)
+            error = _closed() if self._closed or not isinstance(exc, Exception) else exc
+            for entry in batch:
                 entry.fail(error)
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self._idle.append(conn)
             self._inflight -= 1
+            if conn is not None:
+                await self._release(conn)
             self._flush()
 
     async def aclose(self) -> None:
-        """Stop round trips in flight (their callers get ClosedError), drop connections."""
-        for task in list(self._tasks):
-            task.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Fail waiting calls and round trips in flight with ClosedError, drop connections."""
+        self._closed = True
         for entry in self._pending:
             entry.fail(_closed())
         self._pending = []
         self._merging = {}
-        for conn in self._all:
+        for conn in self._all:  # a round trip on one of these ends with an error now
             await conn.disconnect(nowait=True)
+        with anyio.CancelScope(shield=True):
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         self._all.clear()
         self._idle.clear()

@@ -64,9 +64,11 @@ local function qk(b)
   return {V=KEYS[b], L=KEYS[b+1], Z=KEYS[b+2], P=KEYS[b+3], S=KEYS[b+4], DK=KEYS[b+5],
           DD=KEYS[b+6], N=KEYS[b+7], G=KEYS[b+8], R=KEYS[b+9]}
 end
-local function q_signal(q)
-  -- One token per visibility change wakes one BLPOP waiter; the list stays short.
-  redis.call('LPUSH', q.G, '1')
+local function q_signal(q, count)
+  -- One token per message made visible wakes one BLPOP waiter each; the list stays short.
+  local tokens = {}
+  for i = 1, math.min(count or 1, 64) do tokens[i] = '1' end
+  redis.call('LPUSH', q.G, unpack(tokens))
   redis.call('LTRIM', q.G, 0, 63)
 end
 local function q_state(q, id)
@@ -141,16 +143,16 @@ if plain then
   bulk('HSET', q.P, p, 1000)
   bulk('HSET', q.S, st, 1000)
   bulk('ZADD', q.V, v, 1000)
-  q_signal(q)
+  q_signal(q, n)
   return out
 end
-local fresh = false
+local fresh = 0
 for i = 1, #ARGV, 5 do
   local id, new = q_enqueue(q, now, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
   out[#out + 1] = id
-  fresh = fresh or new
+  if new then fresh = fresh + 1 end
 end
-if fresh then q_signal(q) end
+if fresh > 0 then q_signal(q, fresh) end
 return out
 """,
 )
