@@ -1,8 +1,8 @@
-"""Pipelining and merging of script calls on one Redis server (``world_redis._pipe``).
+"""Pipelining and merging of script calls (``world_redis._pipe``), on one server and on a
+cluster (one pipe per primary).
 
-These tests count commands and round trips through the pipe's own counters; they depend on
-asyncio's scheduling order (tasks started together run in one turn of the event loop), never
-on timing.
+These tests count commands through the pipe's own counters; they depend on asyncio's
+scheduling order (tasks started together run in one turn of the event loop), never on timing.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from typing import Any
 import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from world_core import BackendUnavailableError, ClosedError, LeaseLostError
 from world_redis import RedisWorld, connect
-from world_redis._pipe import Pipe, encode_command
+from world_redis._pipe import MAX_MERGED, Pipe, encode_command
 
 pytestmark = pytest.mark.anyio
 
@@ -27,8 +28,8 @@ WAIT = 20.0  # bound on any single wait; never an expectation
 
 
 @pytest.fixture
-async def sworld(single_url: str) -> AsyncIterator[RedisWorld]:
-    world = await connect(url=single_url, namespace=f"wrp_{secrets.token_hex(8)}")
+async def sworld(any_url: str) -> AsyncIterator[RedisWorld]:
+    world = await connect(url=any_url, namespace=f"wrp_{secrets.token_hex(8)}")
     try:
         yield world
     finally:
@@ -36,10 +37,9 @@ async def sworld(single_url: str) -> AsyncIterator[RedisWorld]:
         await world.aclose()
 
 
-def _pipe(world: RedisWorld) -> Pipe:
-    pipe = world._conn.pipe
-    assert pipe is not None, "a single-server RedisWorld pipelines its script calls"
-    return pipe
+def _pipe(world: RedisWorld, queue: str = "q") -> Pipe:
+    """The pipe that carries the script calls of ``queue`` (on a cluster: its node's)."""
+    return world._conn._pipe_for(world._keys.queue(queue))
 
 
 def _command(*words: str) -> bytes:
@@ -47,9 +47,10 @@ def _command(*words: str) -> bytes:
 
 
 async def _warm(world: RedisWorld) -> None:
-    """Load the queue scripts on the server (a fresh server answers NOSCRIPT once)."""
-    await world.queue.enqueue("warm-up", b"")
-    (lease,) = await world.queue.claim("warm-up", "w", lease=60)
+    """Load the queue scripts on the node of queue "q" (a fresh server answers NOSCRIPT once);
+    leaves the queue empty."""
+    await world.queue.enqueue("q", b"")
+    (lease,) = await world.queue.claim("q", "w", lease=60)
     await world.queue.ack(lease)
 
 
@@ -82,7 +83,7 @@ async def test_two_acks_of_one_lease_in_one_script_call(sworld: RedisWorld) -> N
     commands = pipe.commands
     with anyio.fail_after(WAIT):
         outcomes = await asyncio.gather(
-            queue.enqueue("other", b"x"),  # goes alone: the two acks wait and merge
+            pipe.call(_command("PING")),  # goes alone: the two acks wait and merge
             queue.ack(lease),
             queue.ack(lease),
             return_exceptions=True,
@@ -99,7 +100,7 @@ async def test_one_dedup_key_twice_in_one_script_call(sworld: RedisWorld) -> Non
     commands = pipe.commands
     with anyio.fail_after(WAIT):
         _, first, second, plain = await asyncio.gather(
-            queue.enqueue("other", b"x"),
+            pipe.call(_command("PING")),
             queue.enqueue("q", b"first", dedup_key="k"),
             queue.enqueue("q", b"second", dedup_key="k"),
             queue.enqueue("q", b"plain"),
@@ -146,16 +147,15 @@ async def test_a_call_cancelled_before_it_was_sent_is_never_sent(sworld: RedisWo
     assert sorted(lease.payload for lease in leases) == [b"alone", b"kept"]
 
 
-async def test_dropped_connections_fail_their_calls_then_reconnect(
-    sworld: RedisWorld, single_url: str
-) -> None:
+async def test_dropped_connections_fail_their_calls_then_reconnect(sworld: RedisWorld) -> None:
     pipe, queue = _pipe(sworld), sworld.queue
     with anyio.fail_after(WAIT):
         ids = await asyncio.gather(
             pipe.call(_command("CLIENT", "ID")), pipe.call(_command("CLIENT", "ID"))
         )
     assert len(set(ids)) == 2, "a lone call and a batch use two connections"
-    admin: Any = Redis.from_url(single_url)
+    settings = pipe._settings
+    admin: Any = Redis(host=settings["host"], port=settings["port"])
     try:
         for client_id in ids:
             await admin.execute_command("CLIENT", "KILL", "ID", client_id)
@@ -177,9 +177,9 @@ async def test_dropped_connections_fail_their_calls_then_reconnect(
 
 
 async def test_close_fails_waiting_calls_with_closed_error(
-    sworld: RedisWorld, single_url: str
+    sworld: RedisWorld, any_url: str
 ) -> None:
-    closing = await connect(url=single_url, namespace=sworld.namespace)  # sworld purges
+    closing = await connect(url=any_url, namespace=sworld.namespace)  # sworld purges
     queue = closing.queue
     calls = [asyncio.ensure_future(queue.enqueue("q", b"%d" % i)) for i in range(4)]
     await asyncio.sleep(0)  # one call is on the wire, three wait
@@ -223,3 +223,36 @@ async def test_a_merged_enqueue_leaves_one_wake_up_token_per_message(sworld: Red
     with anyio.fail_after(WAIT):
         await asyncio.gather(*(queue.enqueue("q", b"more") for _ in range(100)))
     assert await pipe.call(_command("LLEN", signal)) == 64
+
+
+async def test_a_burst_is_split_into_bounded_script_calls(sworld: RedisWorld) -> None:
+    pipe, queue = _pipe(sworld), sworld.queue
+    await _warm(sworld)
+    count = 2 * MAX_MERGED + 11
+    commands = pipe.commands
+    with anyio.fail_after(WAIT):
+        ids = await asyncio.gather(*(queue.enqueue("q", b"%d" % i) for i in range(count)))
+    assert pipe.commands - commands == 1 + 3  # one alone, then 256 + 256 + 10
+    assert len(set(ids)) == count
+
+
+async def test_cluster_redirection_is_followed(cluster_url: str) -> None:
+    world = await connect(url=cluster_url, namespace=f"wrp_{secrets.token_hex(8)}")
+    try:
+        queue = world.queue
+        first = await queue.enqueue("q", b"1")
+        client = world._conn.main
+        assert isinstance(client, RedisCluster)
+        slot = client.keyslot(world._keys.queue("q")[0])
+        right = client.nodes_manager.slots_cache[slot][0]
+        wrong = next(node for node in client.get_primaries() if node.name != right.name)
+        # A stale slot map, as after a resharding: the call reaches a node that answers MOVED.
+        client.nodes_manager.slots_cache[slot] = [wrong]
+        with anyio.fail_after(WAIT):
+            second, third = await asyncio.gather(queue.enqueue("q", b"2"), queue.enqueue("q", b"3"))
+        assert client.nodes_manager.slots_cache[slot][0].name == right.name, "map not updated"
+        leases = await queue.claim("q", "w", lease=60, limit=10)
+        assert [lease.message_id for lease in leases] == [first, second, third]
+    finally:
+        await world.purge()
+        await world.aclose()

@@ -18,13 +18,15 @@ blocks in ``BLPOP`` on the queue's signal list, which every enqueue, release and
 to, with a timeout no later than the next delayed message or lease deadline. Blocking calls
 use a second client with its own connections, so waiters never starve other calls.
 
-Throughput: on one server, script calls are pipelined (``_pipe``). A call made while nothing is
+Throughput: script calls are pipelined (``_pipe``). A call made while nothing is
 on the wire is sent at once; calls made while others are on the wire wait for a round trip to
 end (two at most are on the wire, each on a dedicated connection) and then go out together in
 one write. Concurrent enqueues to one queue, and concurrent acks on one queue, become one script
 call that handles each item as its own call would (its own id, its own fencing check, a second
 ack of one lease refused). Results and errors stay per call; a call cancelled before it was sent
-is never sent. Replies are parsed by hiredis. A cluster client sends each call on its own.
+is never sent. Replies are parsed by hiredis. On a cluster each primary has its own pipe, chosen
+from the cluster client's slot map; a call redirected (MOVED, ASK: it did not run) is sent again
+through the cluster client, which follows the redirection and updates the map.
 
 Redis Cluster: every script touches one slot. ``list_logs`` needs a namespace registry (a
 sorted set); on a single node it and a status index are updated in the append's own script.

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -45,6 +47,7 @@ _TRANSIENT_PREFIXES = (
     "READONLY",
     "NOREPLICAS",
 )
+_logger = logging.getLogger("world_redis")
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 _KEY_CACHE_SIZE = 4096
 
@@ -99,7 +102,13 @@ def _translated(what: str, exc: Exception) -> WorldError | None:
 
 class Connection:
     """Two clients on one server or cluster: ``main`` for request/response, ``blocking`` for
-    XREAD BLOCK and BLPOP, so waiters never hold connections the other calls need."""
+    XREAD BLOCK and BLPOP, so waiters never hold connections the other calls need.
+
+    Script calls go through pipes (see _pipe): one for a single server; on a cluster one per
+    primary, chosen by the slot of the call's keys from the cluster client's slot map. A call
+    that meets a redirection (MOVED, ASK: the slot moved, the script did not run) is sent again
+    through the cluster client, which follows it and learns the new map; a connection error on
+    a node makes the cluster client refresh its map (at most once a second)."""
 
     def __init__(self, main: Client, blocking: Client, *, cluster: bool, url: str) -> None:
         self._main = main
@@ -107,13 +116,22 @@ class Connection:
         self.cluster = cluster
         self.safe_url = redact(url)
         self._closed = False
-        # Script calls on one server are pipelined (see _pipe); a cluster client routes each
-        # call to its slot's node itself.
-        self.pipe = None if isinstance(main, RedisCluster) else Pipe(main, timeout=_SOCKET_TIMEOUT)
+        self.pipe = (
+            None
+            if isinstance(main, RedisCluster)
+            else Pipe(
+                main.connection_pool.connection_class,
+                main.connection_pool.connection_kwargs,
+                timeout=_SOCKET_TIMEOUT,
+            )
+        )
+        """The pipe of a single server; None on a cluster."""
+        self._node_pipes: dict[str, Pipe] = {}
+        self._refreshed_at = 0.0
         self._heads: dict[tuple[str, bool], bytes] = {}
         self._key_heads: dict[tuple[str, ...], bytes] = {}
         self._encoders: dict[tuple[str, tuple[str, ...]], Encode] = {}
-        self._loading: dict[str, asyncio.Future[Any]] = {}
+        self._loading: dict[tuple[Pipe, str], asyncio.Future[Any]] = {}
 
     @property
     def main(self) -> Client:
@@ -132,57 +150,99 @@ class Connection:
         client: Any = self.main  # redis-py's single-node execute_command is untyped
         return await client.execute_command(*args)
 
-    async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """EVALSHA, or EVAL when the server does not know the script (restart, new node)."""
-        if self.pipe is None:
-            try:
-                return await self.command("EVALSHA", script.sha, len(keys), *keys, *args)
-            except rexc.NoScriptError:
-                return await self.command("EVAL", script.source, len(keys), *keys, *args)
+    def _pipe_for(self, keys: Sequence[str]) -> Pipe:
         if self._closed:
             raise ClosedError("this RedisWorld is closed; open a new one")
+        if self.pipe is not None:
+            return self.pipe
+        assert isinstance(self._main, RedisCluster)
+        node = self._main.get_node_from_key(keys[0])  # SlotNotCoveredError: no node has it
+        if node is None:
+            raise rexc.SlotNotCoveredError(f"no primary serves the slot of {keys[0]!r}")
+        pipe = self._node_pipes.get(node.name)
+        if pipe is None:
+            pipe = self._node_pipes[node.name] = Pipe(
+                node.connection_class, node.connection_kwargs, timeout=_SOCKET_TIMEOUT
+            )
+        return pipe
+
+    async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """EVALSHA, or EVAL when the server does not know the script (restart, new node)."""
+        pipe = self._pipe_for(keys)
         key_head = self._key_head(keys)
         count = 3 + len(keys)
         try:
-            return await self.pipe.call(
-                encode_command(self._head(script, sha=True) + key_head, count, args)
-            )
-        except rexc.NoScriptError:
-            return await self.pipe.call(
-                encode_command(self._head(script, sha=False) + key_head, count, args)
-            )
+            try:
+                return await pipe.call(
+                    encode_command(self._head(script, sha=True) + key_head, count, args)
+                )
+            except rexc.NoScriptError:
+                return await pipe.call(
+                    encode_command(self._head(script, sha=False) + key_head, count, args)
+                )
+        except rexc.AskError:  # MOVED too: the script did not run
+            return await self._run_routed(script, keys, args)
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+            await self._node_lost()
+            raise
 
     async def run_merged(self, script: Script, keys: Sequence[str], item: Sequence[Arg]) -> Any:
         """One item of ``script``, which takes any number of items of ``len(item)`` arguments
-        and replies with one result per item: on one server, concurrent items on the same keys
-        run as one script call (see _pipe). Returns this item's result."""
-        if self.pipe is None:
-            return (await self.run(script, keys, item))[0]
-        if self._closed:
-            raise ClosedError("this RedisWorld is closed; open a new one")
+        and replies with one result per item: concurrent items on the same keys run as one
+        script call (see _pipe). Returns this item's result."""
+        pipe = self._pipe_for(keys)
         merge_key = (script.name, keys if isinstance(keys, tuple) else tuple(keys))
         encode = self._encoders.get(merge_key)
         if encode is None:
             encode = self._encoder(script, merge_key)
         try:
-            return await self.pipe.call_merged(merge_key, encode, item)
-        except rexc.NoScriptError:
-            await self._load(script)
-            return await self.pipe.call_merged(merge_key, encode, item)
+            try:
+                return await pipe.call_merged(merge_key, encode, item)
+            except rexc.NoScriptError:
+                await self._load(pipe, script)
+                return await pipe.call_merged(merge_key, encode, item)
+        except rexc.AskError:  # MOVED too: the script did not run
+            return (await self._run_routed(script, keys, item))[0]
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError):
+            await self._node_lost()
+            raise
 
-    async def _load(self, script: Script) -> None:
+    async def _run_routed(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """The call through the cluster client, which follows redirections."""
+        try:
+            return await self.command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except rexc.NoScriptError:
+            return await self.command("EVAL", script.source, len(keys), *keys, *args)
+
+    async def _node_lost(self) -> None:
+        """Cluster: a node stopped answering; a failover may have moved its slots, so the
+        cluster client re-reads the slot map (at most once a second; failures ignored: the
+        caller reports the outage)."""
+        if self.pipe is not None or self._closed:
+            return
+        now = time.monotonic()
+        if now - self._refreshed_at < 1.0:
+            return
+        self._refreshed_at = now
+        assert isinstance(self._main, RedisCluster)
+        try:
+            await self._main.nodes_manager.initialize()
+        except (rexc.RedisError, OSError) as exc:
+            _logger.info("Redis Cluster slot map refresh failed: %s", exc)
+
+    async def _load(self, pipe: Pipe, script: Script) -> None:
         """SCRIPT LOAD after NOSCRIPT (a restarted or flushed server); the many calls that
         got NOSCRIPT together share one load."""
-        assert self.pipe is not None
-        loading = self._loading.get(script.name)
+        key = (pipe, script.name)
+        loading = self._loading.get(key)
         if loading is None:
             loading = asyncio.ensure_future(
-                self.pipe.call(encode_command(b"", 0, ["SCRIPT", "LOAD", script.source]))
+                pipe.call(encode_command(b"", 0, ["SCRIPT", "LOAD", script.source]))
             )
-            self._loading[script.name] = loading
+            self._loading[key] = loading
 
             def done(future: asyncio.Future[Any]) -> None:
-                self._loading.pop(script.name, None)
+                self._loading.pop(key, None)
                 if not future.cancelled():
                     future.exception()  # retrieved: its waiters, if any are left, raise it
 
@@ -232,8 +292,9 @@ class Connection:
         if self._closed:
             return
         self._closed = True
-        if self.pipe is not None:
-            await self.pipe.aclose()
+        for pipe in [*self._node_pipes.values(), *([self.pipe] if self.pipe else [])]:
+            await pipe.aclose()
+        self._node_pipes.clear()
         for client in (self._blocking, self._main):
             await client.aclose()
 

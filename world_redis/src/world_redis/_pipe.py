@@ -22,18 +22,21 @@ a lone call runs in its caller, and its cancellation drops that connection, as r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import InvalidResponse, ResponseError
 
 from world_core.errors import ClosedError
 
-__all__ = ["Pipe", "encode_command", "encode_head"]
+__all__ = ["MAX_MERGED", "Pipe", "encode_command", "encode_head"]
+
+MAX_MERGED = 256
+"""Most items in one merged command: a script blocks the server while it runs, so a burst of
+thousands of calls becomes several commands (still one write) rather than one long script."""
 
 Encodable = bytes | str | int | float
 Encode = Callable[[list[Any]], bytes]
@@ -118,13 +121,20 @@ def _closed() -> ClosedError:
 
 
 class Pipe:
-    """Pipelined, merged calls on up to ``max_inflight`` connections to ``client``'s server."""
+    """Pipelined, merged calls on up to ``max_inflight`` connections to one server."""
 
-    def __init__(self, client: Redis, *, max_inflight: int = 2, timeout: float = 30.0) -> None:
-        pool = client.connection_pool
+    def __init__(
+        self,
+        connection_class: type[AbstractConnection],
+        settings: Mapping[str, Any],
+        *,
+        max_inflight: int = 2,
+        timeout: float = 30.0,
+    ) -> None:
+        # A redis-py connection class and its keyword arguments (a pool's or a cluster node's).
         # Each round trip is bounded as a whole (below), not read by read.
-        self._settings = {**pool.connection_kwargs, "socket_timeout": None}
-        self._connection_class = pool.connection_class
+        self._settings = {**settings, "socket_timeout": None}
+        self._connection_class = connection_class
         self._max_inflight = max_inflight
         self._timeout = timeout
         self._idle: list[AbstractConnection] = []
@@ -193,7 +203,7 @@ class Pipe:
             return reply[0]
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         entry = self._merging.get(key) if key is not None else None
-        if entry is None:
+        if entry is None or len(entry.items) >= MAX_MERGED:
             entry = _Entry(encode)
             self._pending.append(entry)
             if key is not None:
