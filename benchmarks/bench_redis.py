@@ -1,6 +1,6 @@
-"""Benchmark of the Redis World against the raw driver on the same server (a script, not a test).
+"""Benchmark of the Redis World against the raw driver and saq on the same server (a script).
 
-    uv run python benchmarks/bench_redis.py [--url redis://127.0.0.1:6379/0] [--quick]
+    uv run --group bench python benchmarks/bench_redis.py [--url redis://127.0.0.1:6379/0] [--quick]
 
 One run prints a table and one JSON line:
 
@@ -11,22 +11,48 @@ One run prints a table and one JSON line:
   this process, and with 8 worker processes (claim takes up to 16 leases per call; ack is one
   call per lease; each worker also enqueues its share).
 * stream: write-to-read latency of a 64-byte chunk, writer and blocked reader in this process.
+* saq queue (the named peer, https://github.com/tobymao/saq, an asyncio job queue on redis-py):
+  the same workload shape as our in-process queue rows (W producers each enqueuing its share,
+  W consumers each taking one job and marking it done, 1 and 8 workers, one process, one
+  connection pool). A job is ``RedisQueue.enqueue`` + ``dequeue`` + ``job.finish(COMPLETE)``,
+  called directly: no saq ``Worker``, so no job function runs, no retries, and none of the
+  worker's own writes (the ``update(status=ACTIVE)`` SET + PUBLISH it does before running a
+  job, its stats, schedule and sweep loops); a real saq worker does more per job than this.
+  saq's Redis queue does five round trips per job and batches nothing: enqueue is one EVALSHA
+  (ZSCORE + EXISTS on the job's abort key, SET of the job's JSON under its own key, ZADD to the
+  queue's ``incomplete`` sorted set, RPUSH of the job id to ``queued``); dequeue is a BLMOVE
+  ``queued`` -> ``active`` then a GET of the job; finish is a MULTI/EXEC of LREM ``active`` +
+  ZREM ``incomplete`` + SETEX of the finished job (kept for its ttl, saq's default 600 s) and
+  then a separate PUBLISH of the status on the job's channel. Each job is one JSON document
+  (about 330 bytes queued, 380 finished) serialized and parsed in Python on every step; saq's
+  default ``json.dumps`` cannot carry bytes, so the 128-byte payload travels base64-coded (172
+  characters) as the job kwarg ``data``. Ours, per message: one enqueue script call, one
+  claim call per up to 16 messages, one ack script call, with concurrent enqueues and acks of
+  one process merged into one call; its records are hashes and sorted sets per queue, deleted
+  at ack; lost leases are reclaimed by deadline and fenced by a token. saq has no per-delivery
+  token: a job stuck in ``active`` past its timeout is requeued by a worker's periodic sweep.
 
-Everything is written under a fresh namespace (and one floor key) that is deleted at the end.
+Everything is written under a fresh namespace (and one floor key) that is deleted at the end;
+the saq rows use a fresh saq queue name whose keys (``saq:<name>:*``, ``saq:job:<name>:*``) are
+deleted afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import multiprocessing
 import os
 import secrets
 import statistics
 import time
+from importlib.metadata import version
 from typing import Any
 
 import anyio
+from saq.job import Status
+from saq.queue.redis import RedisQueue
 
 from world_core import NewEvent
 from world_redis import RedisWorld, connect
@@ -107,6 +133,79 @@ async def bench_queue(world: RedisWorld, workers: int, messages: int) -> float:
                 tg.start_soon(worker, f"w{i}")
             await finished.wait()
     return messages / (ended[0] - start)
+
+
+async def bench_saq_queue(url: str, workers: int, messages: int) -> float:
+    """saq's enqueue + dequeue + finish(COMPLETE), shaped like ``bench_queue`` (see the docstring).
+
+    The 128-byte payload is the job kwarg ``data``, base64-coded (saq serializes jobs as JSON).
+    """
+    name = f"bench-saq-{secrets.token_hex(4)}-{workers}"
+    queue = RedisQueue.from_url(url, name=name)
+    data = base64.b64encode(secrets.token_bytes(128)).decode()
+    done = 0
+    finished = anyio.Event()
+    ended: list[float] = []
+
+    async def producer(count: int) -> None:
+        for _ in range(count):
+            await queue.enqueue("bench", data=data)
+
+    async def consumer() -> None:
+        nonlocal done
+        while done < messages:
+            job = await queue.dequeue(timeout=0.2)
+            if job is not None:
+                await job.finish(Status.COMPLETE)
+                done += 1
+        if not finished.is_set():
+            ended.append(time.perf_counter())
+            finished.set()
+
+    async def warm_up() -> None:  # connections, the enqueue script, the cached server version
+        async with anyio.create_task_group() as tg:
+            for _ in range(workers):
+                tg.start_soon(producer, 1)
+        async with anyio.create_task_group() as tg:
+            for _ in range(workers):
+                tg.start_soon(_take_one, queue)
+
+    await queue.connect()
+    try:
+        with anyio.fail_after(120):
+            await warm_up()
+            start = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                share, extra = divmod(messages, workers)
+                for i in range(workers):
+                    tg.start_soon(producer, share + (1 if i < extra else 0))
+                    tg.start_soon(consumer)
+                await finished.wait()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _delete_saq_keys(queue)
+            await queue.disconnect()
+    return messages / (ended[0] - start)
+
+
+async def _take_one(queue: RedisQueue) -> None:
+    job = await queue.dequeue(timeout=5)
+    if job is None:
+        raise RuntimeError("saq warm-up: no job dequeued within 5 s")
+    await job.finish(Status.COMPLETE)
+
+
+async def _delete_saq_keys(queue: RedisQueue) -> None:
+    """Delete every key of this saq queue (its lists, sets and job records), nothing else."""
+    for pattern in (f"saq:{queue.name}:*", f"saq:job:{queue.name}:*"):
+        batch: list[bytes] = []
+        async for key in queue.redis.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                await queue.redis.delete(*batch)
+                batch.clear()
+        if batch:
+            await queue.redis.delete(*batch)
 
 
 def _process_worker(
@@ -210,10 +309,14 @@ async def main(url: str, quick: bool) -> None:
             bench_queue_processes, url, world.namespace, 8, int(20000 * scale)
         )
         results["stream"] = await bench_stream(world, int(2000 * scale))
+        results["saq_queue_1_per_s"] = await bench_saq_queue(url, 1, int(5000 * scale))
+        results["saq_queue_8_per_s"] = await bench_saq_queue(url, 8, int(20000 * scale))
+        results["saq_version"] = version("saq")
     finally:
         await world.purge()
         await world.aclose()
     append, stream = results["append"], results["stream"]
+    peer = f"peer: saq {results['saq_version']}"
     rows = [
         ("raw XADD round trip p50", f"{append['xadd_p50_ms']:.3f} ms", ""),
         ("raw EVALSHA round trip p50", f"{append['evalsha_p50_ms']:.3f} ms", ""),
@@ -233,11 +336,13 @@ async def main(url: str, quick: bool) -> None:
             f"<= {TARGETS['append_ratio']}x",
         ),
         ("queue, 1 worker", f"{results['queue_1_per_s']:,.0f} msg/s", ""),
+        ("saq queue, 1 worker", f"{results['saq_queue_1_per_s']:,.0f} msg/s", peer),
         (
             "queue, 8 workers (1 process)",
             f"{results['queue_8_per_s']:,.0f} msg/s",
             f">= {TARGETS['queue_8_per_s']:,.0f}",
         ),
+        ("saq queue, 8 workers (1 process)", f"{results['saq_queue_8_per_s']:,.0f} msg/s", peer),
         (
             "queue, 8 worker processes",
             f"{results['queue_8_processes_per_s']:,.0f} msg/s",
