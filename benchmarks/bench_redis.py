@@ -1,16 +1,21 @@
 """Benchmark of the Redis World against the raw driver and saq on the same server (a script).
 
-    uv run --group bench python benchmarks/bench_redis.py [--url redis://127.0.0.1:6379/0] [--quick]
+    uv run --group bench python benchmarks/bench_redis.py [--url redis://127.0.0.1:6379/0]
+        [--cluster-url redis+cluster://127.0.0.1:7000] [--quick]
 
 One run prints a table and one JSON line:
 
 * append: ``Log.append`` of one 256-byte event, sequentially, against two floors doing one round
-  trip with the same bytes: a raw ``XADD`` and a raw ``EVALSHA`` of a one-line XADD script.
-  Samples are interleaved (floor, world, floor ...) so drift on a shared machine hits both.
+  trip with the same bytes through redis-py's client: a raw ``XADD`` and a raw ``EVALSHA`` of a
+  one-line XADD script. A third, the wire floor, sends an ``XADD`` encoded beforehand on a bare
+  redis-py connection (no client, pool or encoder): the least any Python call can take. Samples
+  are interleaved (floor, world, floor ...) so drift on a shared machine hits all.
 * queue: messages per second through enqueue + claim + ack with 1 and 8 concurrent workers in
   this process, and with 8 worker processes (claim takes up to 16 leases per call; ack is one
   call per lease; each worker also enqueues its share).
 * stream: write-to-read latency of a 64-byte chunk, writer and blocked reader in this process.
+* cluster (only with ``--cluster-url redis+cluster://host:port``): the in-process queue rows
+  again on a Redis Cluster (one queue lives on one primary).
 * saq queue (the named peer, https://github.com/tobymao/saq, an asyncio job queue on redis-py):
   the same workload shape as our in-process queue rows (W producers each enqueuing its share,
   W consumers each taking one job and marking it done, 1 and 8 workers, one process, one
@@ -71,12 +76,22 @@ async def bench_append(world: RedisWorld, rounds: int) -> dict[str, float]:
     floor_key = f"bench_floor:{{{secrets.token_hex(6)}}}"
     sha = await client.execute_command("SCRIPT", "LOAD", FLOOR_SCRIPT)
     data = secrets.token_bytes(256)
+    pool = client.connection_pool
+    bare = pool.connection_class(**pool.connection_kwargs)
+    encoded = b"".join(bare.pack_command("XADD", floor_key, "*", "d", data))
     xadd: list[float] = []
     evalsha: list[float] = []
+    wire: list[float] = []
     append: list[float] = []
+
+    async def wire_xadd() -> None:
+        await bare.send_packed_command(encoded, check_health=False)
+        await bare.read_response()
+
     try:
         for _ in range(50):  # warm-up: connections, script caches
             await client.execute_command("XADD", floor_key, "*", "d", data)
+            await wire_xadd()
             await world.log.append("bench-log", [NewEvent(data=data)])
         for _ in range(rounds):
             t0 = time.perf_counter()
@@ -84,21 +99,27 @@ async def bench_append(world: RedisWorld, rounds: int) -> dict[str, float]:
             t1 = time.perf_counter()
             await client.execute_command("EVALSHA", sha, 1, floor_key, data)
             t2 = time.perf_counter()
-            await world.log.append("bench-log", [NewEvent(data=data)])
+            await wire_xadd()
             t3 = time.perf_counter()
+            await world.log.append("bench-log", [NewEvent(data=data)])
+            t4 = time.perf_counter()
             xadd.append(t1 - t0)
             evalsha.append(t2 - t1)
-            append.append(t3 - t2)
+            wire.append(t3 - t2)
+            append.append(t4 - t3)
     finally:
         await client.execute_command("DEL", floor_key)
+        await bare.disconnect()
     ms = 1000.0
     return {
         "xadd_p50_ms": statistics.median(xadd) * ms,
         "evalsha_p50_ms": statistics.median(evalsha) * ms,
+        "wire_p50_ms": statistics.median(wire) * ms,
         "append_p50_ms": statistics.median(append) * ms,
         "append_p99_ms": _pct(append, 0.99) * ms,
         "ratio_vs_xadd": statistics.median(append) / statistics.median(xadd),
         "ratio_vs_evalsha": statistics.median(append) / statistics.median(evalsha),
+        "ratio_vs_wire": statistics.median(append) / statistics.median(wire),
     }
 
 
@@ -297,7 +318,19 @@ async def bench_stream(world: RedisWorld, rounds: int) -> dict[str, float]:
     }
 
 
-async def main(url: str, quick: bool) -> None:
+async def bench_cluster(url: str, scale: float) -> dict[str, float]:
+    world = await connect(url=url, namespace=f"bench_{secrets.token_hex(4)}")
+    try:
+        return {
+            "queue_1_per_s": await bench_queue(world, 1, int(5000 * scale)),
+            "queue_8_per_s": await bench_queue(world, 8, int(20000 * scale)),
+        }
+    finally:
+        await world.purge()
+        await world.aclose()
+
+
+async def main(url: str, cluster_url: str | None, quick: bool) -> None:
     world = await connect(url=url, namespace=f"bench_{secrets.token_hex(4)}")
     scale = 0.2 if quick else 1.0
     results: dict[str, Any] = {"url": world.settings()["url"]}
@@ -312,6 +345,8 @@ async def main(url: str, quick: bool) -> None:
         results["saq_queue_1_per_s"] = await bench_saq_queue(url, 1, int(5000 * scale))
         results["saq_queue_8_per_s"] = await bench_saq_queue(url, 8, int(20000 * scale))
         results["saq_version"] = version("saq")
+        if cluster_url:
+            results["cluster"] = await bench_cluster(cluster_url, scale)
     finally:
         await world.purge()
         await world.aclose()
@@ -320,6 +355,7 @@ async def main(url: str, quick: bool) -> None:
     rows = [
         ("raw XADD round trip p50", f"{append['xadd_p50_ms']:.3f} ms", ""),
         ("raw EVALSHA round trip p50", f"{append['evalsha_p50_ms']:.3f} ms", ""),
+        ("wire floor (bare XADD) p50", f"{append['wire_p50_ms']:.3f} ms", ""),
         (
             "Log.append p50 / p99",
             f"{append['append_p50_ms']:.3f} / {append['append_p99_ms']:.3f} ms",
@@ -335,6 +371,7 @@ async def main(url: str, quick: bool) -> None:
             f"{append['ratio_vs_evalsha']:.2f}x",
             f"<= {TARGETS['append_ratio']}x",
         ),
+        ("append / wire floor", f"{append['ratio_vs_wire']:.2f}x", ""),
         ("queue, 1 worker", f"{results['queue_1_per_s']:,.0f} msg/s", ""),
         ("saq queue, 1 worker", f"{results['saq_queue_1_per_s']:,.0f} msg/s", peer),
         (
@@ -354,6 +391,15 @@ async def main(url: str, quick: bool) -> None:
             f"p50 < {TARGETS['stream_p50_ms']} ms",
         ),
     ]
+    if "cluster" in results:
+        rows += [
+            ("cluster queue, 1 worker", f"{results['cluster']['queue_1_per_s']:,.0f} msg/s", ""),
+            (
+                "cluster queue, 8 workers",
+                f"{results['cluster']['queue_8_per_s']:,.0f} msg/s",
+                f">= {TARGETS['queue_8_per_s']:,.0f}",
+            ),
+        ]
     print(f"{'measure':<32}{'result':>24}   target")
     for name, value, target in rows:
         print(f"{name:<32}{value:>24}   {target}")
@@ -366,6 +412,9 @@ if __name__ == "__main__":
         "WORLD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"
     )
     parser.add_argument("--url", default=default)
+    parser.add_argument(
+        "--cluster-url", default=None, help="also run the queue rows on this Redis Cluster"
+    )
     parser.add_argument("--quick", action="store_true", help="a fifth of the rounds")
     args = parser.parse_args()
-    anyio.run(main, args.url, args.quick)
+    anyio.run(main, args.url, args.cluster_url, args.quick)
