@@ -148,3 +148,88 @@ async def test_writer_and_watcher_across_a_restart_lose_nothing_acknowledged(
     finally:
         await world.purge()
         await world.aclose()
+
+
+async def test_concurrent_queue_traffic_across_a_restart_loses_nothing_acknowledged(
+    durable_server: RestartableServer,
+) -> None:
+    """Producers and consumers in one process (so enqueues and acks are merged into shared
+    script calls) while the server is killed and restarted. Producers retry a failed enqueue
+    with the same dedup key. Every acknowledged enqueue is delivered and acked; a message whose
+    ack was acknowledged never comes back; errors meanwhile are BackendUnavailableError.
+
+    Outcomes a failed call leaves unknown are allowed for: an enqueue retried after its first
+    try committed may add a second message when the first was acked in between (the dedup key
+    is free again), and an ack that failed may have committed (the message is gone) or not
+    (it comes back when its lease expires)."""
+    world = await _open(durable_server)
+    enqueued: set[bytes] = set()  # payloads whose enqueue returned an id
+    retried: set[bytes] = set()  # payloads whose enqueue failed at least once
+    acked: set[bytes] = set()  # payloads with an acknowledged ack
+    acked_ids: set[str] = set()
+    maybe_acked: set[bytes] = set()  # payloads with a failed ack: it may have committed
+    came_back: list[str] = []  # message ids delivered again after an acknowledged ack
+    half = anyio.Event()
+    produced = anyio.Event()
+    producers_left = 4
+    try:
+
+        async def producer(index: int) -> None:
+            nonlocal producers_left
+            for n in range(40):
+                name = f"m{index}-{n}".encode()
+                while True:
+                    try:
+                        await world.queue.enqueue("jobs", name, dedup_key=name.decode())
+                        break
+                    except BackendUnavailableError:
+                        retried.add(name)
+                        await anyio.sleep(0.05)  # down: retry; the dedup key makes it safe
+                enqueued.add(name)
+                if len(enqueued) >= 60:
+                    half.set()
+            producers_left -= 1
+            if not producers_left:
+                produced.set()
+
+        async def consumer(index: int) -> None:
+            while not (produced.is_set() and enqueued <= acked | maybe_acked):
+                try:
+                    leases = await world.queue.claim("jobs", f"c{index}", lease=2, limit=8)
+                except BackendUnavailableError:
+                    await anyio.sleep(0.05)
+                    continue
+                if not leases:
+                    await anyio.sleep(0.01)
+                for lease in leases:
+                    if lease.message_id in acked_ids:
+                        came_back.append(lease.message_id)
+                    try:
+                        await world.queue.ack(lease)
+                    except BackendUnavailableError:
+                        maybe_acked.add(lease.payload)
+                        continue
+                    acked.add(lease.payload)
+                    acked_ids.add(lease.message_id)
+
+        with anyio.fail_after(WAIT * 2):
+            async with anyio.create_task_group() as tg:
+                for index in range(4):
+                    tg.start_soon(producer, index)
+                    tg.start_soon(consumer, index)
+                await half.wait()
+                durable_server.kill()
+                with pytest.raises(BackendUnavailableError):
+                    await world.queue.enqueue("probe", b"x")
+                durable_server.start()
+            # What is left: messages whose failed ack did not commit (back after their lease
+            # expired) and second copies of retried enqueues.
+            leftover = []
+            while batch := await world.queue.claim("jobs", "w", lease=30, limit=50, wait=3.0):
+                leftover += batch
+        assert len(enqueued) == 160
+        assert came_back == [], "a message came back after its ack was acknowledged"
+        assert {lease.payload for lease in leftover} <= maybe_acked | retried
+    finally:
+        await world.purge()
+        await world.aclose()
