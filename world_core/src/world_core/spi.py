@@ -725,6 +725,8 @@ class Queue(ABC):
     async def ack(self, lease: Lease) -> None:
         """Finish the message: it is removed and its dedup key freed. Like ``renew`` (and
         ``release``), it succeeds after the deadline passed as long as nobody claimed since.
+        Acks of one lease racing each other (one process or several) end with exactly one
+        success; the others raise LeaseLostError.
 
         Raises:
             LeaseLostError: the token is not current (claimed again, acked, dead-lettered).

@@ -84,7 +84,7 @@ def _translated(what: str, exc: Exception) -> WorldError | None:
         | rexc.TimeoutError
         | rexc.ClusterError
         | rexc.RedisClusterException
-        | OSError,  # includes TimeoutError from anyio.fail_after around blocking calls
+        | OSError,  # includes TimeoutError from the deadlines around pipe and blocking calls
     ):
         return BackendUnavailableError(
             f"Redis unavailable during {what}: {type(exc).__name__}: {exc}. "
