@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -25,16 +24,6 @@ from world_redis._pipe import MAX_MERGED, Pipe, encode_command
 pytestmark = pytest.mark.anyio
 
 WAIT = 20.0  # bound on any single wait; never an expectation
-
-
-@pytest.fixture
-async def sworld(any_url: str) -> AsyncIterator[RedisWorld]:
-    world = await connect(url=any_url, namespace=f"wrp_{secrets.token_hex(8)}")
-    try:
-        yield world
-    finally:
-        await world.purge()
-        await world.aclose()
 
 
 def _pipe(world: RedisWorld, queue: str = "q") -> Pipe:
@@ -54,9 +43,9 @@ async def _warm(world: RedisWorld) -> None:
     await world.queue.ack(lease)
 
 
-async def test_concurrent_enqueues_and_acks_are_merged(sworld: RedisWorld) -> None:
-    pipe, queue = _pipe(sworld), sworld.queue
-    await _warm(sworld)
+async def test_concurrent_enqueues_and_acks_are_merged(rworld: RedisWorld) -> None:
+    pipe, queue = _pipe(rworld), rworld.queue
+    await _warm(rworld)
     payloads = [f"message {i}".encode() for i in range(40)]
     commands = pipe.commands
     with anyio.fail_after(WAIT):
@@ -75,9 +64,9 @@ async def test_concurrent_enqueues_and_acks_are_merged(sworld: RedisWorld) -> No
     assert await queue.claim("q", "w", lease=60) == []
 
 
-async def test_two_acks_of_one_lease_in_one_script_call(sworld: RedisWorld) -> None:
-    pipe, queue = _pipe(sworld), sworld.queue
-    await _warm(sworld)
+async def test_two_acks_of_one_lease_in_one_script_call(rworld: RedisWorld) -> None:
+    pipe, queue = _pipe(rworld), rworld.queue
+    await _warm(rworld)
     await queue.enqueue("q", b"job")
     (lease,) = await queue.claim("q", "w", lease=60)
     commands = pipe.commands
@@ -94,9 +83,9 @@ async def test_two_acks_of_one_lease_in_one_script_call(sworld: RedisWorld) -> N
     assert sum(isinstance(o, LeaseLostError) for o in acks) == 1, acks
 
 
-async def test_one_dedup_key_twice_in_one_script_call(sworld: RedisWorld) -> None:
-    pipe, queue = _pipe(sworld), sworld.queue
-    await _warm(sworld)
+async def test_one_dedup_key_twice_in_one_script_call(rworld: RedisWorld) -> None:
+    pipe, queue = _pipe(rworld), rworld.queue
+    await _warm(rworld)
     commands = pipe.commands
     with anyio.fail_after(WAIT):
         _, first, second, plain = await asyncio.gather(
@@ -114,8 +103,8 @@ async def test_one_dedup_key_twice_in_one_script_call(sworld: RedisWorld) -> Non
     ]
 
 
-async def test_an_error_reply_fails_only_its_own_command(sworld: RedisWorld) -> None:
-    pipe, queue = _pipe(sworld), sworld.queue
+async def test_an_error_reply_fails_only_its_own_command(rworld: RedisWorld) -> None:
+    pipe, queue = _pipe(rworld), rworld.queue
     with anyio.fail_after(WAIT):
         outcomes = await asyncio.gather(
             pipe.call(_command("PING")),
@@ -132,8 +121,8 @@ async def test_an_error_reply_fails_only_its_own_command(sworld: RedisWorld) -> 
     assert [lease.message_id for lease in await queue.claim("q", "w", lease=60)] == [message_id]
 
 
-async def test_a_call_cancelled_before_it_was_sent_is_never_sent(sworld: RedisWorld) -> None:
-    queue = sworld.queue
+async def test_a_call_cancelled_before_it_was_sent_is_never_sent(rworld: RedisWorld) -> None:
+    queue = rworld.queue
     first = asyncio.ensure_future(queue.enqueue("q", b"alone"))
     kept = asyncio.ensure_future(queue.enqueue("q", b"kept"))
     dropped = asyncio.ensure_future(queue.enqueue("q", b"dropped"))
@@ -147,8 +136,8 @@ async def test_a_call_cancelled_before_it_was_sent_is_never_sent(sworld: RedisWo
     assert sorted(lease.payload for lease in leases) == [b"alone", b"kept"]
 
 
-async def test_dropped_connections_fail_their_calls_then_reconnect(sworld: RedisWorld) -> None:
-    pipe, queue = _pipe(sworld), sworld.queue
+async def test_dropped_connections_fail_their_calls_then_reconnect(rworld: RedisWorld) -> None:
+    pipe, queue = _pipe(rworld), rworld.queue
     with anyio.fail_after(WAIT):
         ids = await asyncio.gather(
             pipe.call(_command("CLIENT", "ID")), pipe.call(_command("CLIENT", "ID"))
@@ -177,9 +166,9 @@ async def test_dropped_connections_fail_their_calls_then_reconnect(sworld: Redis
 
 
 async def test_close_fails_waiting_calls_with_closed_error(
-    sworld: RedisWorld, any_url: str
+    rworld: RedisWorld, any_url: str
 ) -> None:
-    closing = await connect(url=any_url, namespace=sworld.namespace)  # sworld purges
+    closing = await connect(url=any_url, namespace=rworld.namespace)  # rworld purges
     queue = closing.queue
     calls = [asyncio.ensure_future(queue.enqueue("q", b"%d" % i)) for i in range(4)]
     await asyncio.sleep(0)  # one call is on the wire, three wait
@@ -193,9 +182,9 @@ async def test_close_fails_waiting_calls_with_closed_error(
         await queue.enqueue("q", b"late")
 
 
-async def test_many_calls_after_script_flush_share_one_load(sworld: RedisWorld) -> None:
-    pipe, queue = _pipe(sworld), sworld.queue
-    await _warm(sworld)
+async def test_many_calls_after_script_flush_share_one_load(rworld: RedisWorld) -> None:
+    pipe, queue = _pipe(rworld), rworld.queue
+    await _warm(rworld)
     await pipe.call(_command("SCRIPT", "FLUSH"))
     commands = pipe.commands
     with anyio.fail_after(WAIT):
@@ -208,12 +197,12 @@ async def test_many_calls_after_script_flush_share_one_load(sworld: RedisWorld) 
     assert sorted(lease.message_id for lease in leases) == sorted(ids)
 
 
-async def test_a_merged_enqueue_leaves_one_wake_up_token_per_message(sworld: RedisWorld) -> None:
+async def test_a_merged_enqueue_leaves_one_wake_up_token_per_message(rworld: RedisWorld) -> None:
     # claim(wait=) blocks in BLPOP on the signal list; each token wakes one waiter, so a merged
     # enqueue of n messages must push n tokens (capped at 64), not one.
-    pipe, queue = _pipe(sworld), sworld.queue
-    await _warm(sworld)
-    signal = sworld._keys.queue_signal("q")
+    pipe, queue = _pipe(rworld), rworld.queue
+    await _warm(rworld)
+    signal = rworld._keys.queue_signal("q")
     await pipe.call(_command("DEL", signal))
     commands = pipe.commands
     with anyio.fail_after(WAIT):
@@ -225,9 +214,9 @@ async def test_a_merged_enqueue_leaves_one_wake_up_token_per_message(sworld: Red
     assert await pipe.call(_command("LLEN", signal)) == 64
 
 
-async def test_a_burst_is_split_into_bounded_script_calls(sworld: RedisWorld) -> None:
-    pipe, queue = _pipe(sworld), sworld.queue
-    await _warm(sworld)
+async def test_a_burst_is_split_into_bounded_script_calls(rworld: RedisWorld) -> None:
+    pipe, queue = _pipe(rworld), rworld.queue
+    await _warm(rworld)
     count = 2 * MAX_MERGED + 11
     commands = pipe.commands
     with anyio.fail_after(WAIT):

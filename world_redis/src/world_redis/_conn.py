@@ -251,7 +251,7 @@ class Connection:
 
     def _encoder(self, script: Script, merge_key: tuple[str, tuple[str, ...]]) -> Encode:
         keys = merge_key[1]
-        head = self._head(script, sha=True) + encode_head([len(keys), *keys])
+        head = self._head(script, sha=True) + self._key_head(keys)
         count = 3 + len(keys)
 
         def encode(items: list[Sequence[Arg]]) -> bytes:

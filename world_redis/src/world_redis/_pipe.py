@@ -89,12 +89,9 @@ class _Entry:
             for future in self.futures:
                 _settle(future, reply)
             return
-        if not isinstance(reply, list) or len(reply) != len(self.futures):
-            error = InvalidResponse(
-                f"a merged call of {len(self.futures)} items got a reply of another shape"
-            )
+        if not _one_per_item(reply, len(self.futures)):
             for future in self.futures:
-                _settle(future, error)
+                _settle(future, _misshapen(len(self.futures)))
             return
         for future, one in zip(self.futures, reply, strict=True):
             _settle(future, one)
@@ -102,6 +99,14 @@ class _Entry:
     def fail(self, error: Exception) -> None:
         for future in self.futures:
             _settle(future, error)
+
+
+def _one_per_item(reply: Any, items: int) -> bool:
+    return isinstance(reply, list) and len(reply) == items
+
+
+def _misshapen(items: int) -> InvalidResponse:
+    return InvalidResponse(f"a merged call of {items} items got a reply of another shape")
 
 
 def _settle(future: asyncio.Future[Any], outcome: Any) -> None:
@@ -198,8 +203,8 @@ class Pipe:
                 self._flush()
             if encode is None:
                 return reply
-            if not isinstance(reply, list) or len(reply) != 1:
-                raise InvalidResponse("a merged call of 1 item got a reply of another shape")
+            if not _one_per_item(reply, 1):
+                raise _misshapen(1)
             return reply[0]
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         entry = self._merging.get(key) if key is not None else None
