@@ -11,8 +11,8 @@ import pytest
 from pydantic import Field
 
 from world_core import ToolContext, ToolRegistry, tool
-from world_core._crash import CrashPoint, parse_crash_at
 from world_core.errors import ConfigurationError, InvalidArgumentError
+from world_core.journal._crash import CrashPoint, parse_crash_at
 
 
 def refund(order_id: str, amount: float, note: str = "", *, context: ToolContext) -> str:

@@ -6,28 +6,6 @@ Open the World that ``WORKFLOW_TARGET_WORLD`` selects (local files by default)::
         await world.log.append("session-1", [NewEvent(data=b"hello")])
 """
 
-from world_core._agent import Agent
-from world_core._blobs import BlobRef, Blobs
-from world_core._client import DEFAULT_QUEUE, Client
-from world_core._crash import CrashPoint, parse_crash_at
-from world_core._documents import DocumentEdits, Documents
-from world_core._journal import (
-    DEFAULT_BLOB_THRESHOLD,
-    POSSIBLY_RAN,
-    Journal,
-    canonical_json,
-    digest_of,
-    session_log_id,
-)
-from world_core._model import (
-    Message,
-    ModelClient,
-    ModelReply,
-    ModelRequest,
-    OpenAIChatModel,
-    ScriptedModel,
-    ToolCall,
-)
 from world_core._select import (
     ENTRY_POINT_GROUP,
     WorldEntry,
@@ -37,8 +15,6 @@ from world_core._select import (
     redact,
     resolve_world,
 )
-from world_core._tools import Replay, Tool, ToolContext, ToolRegistry, tool
-from world_core._worker import TurnResult, Worker
 from world_core.errors import (
     BackendUnavailableError,
     ClosedError,
@@ -54,6 +30,29 @@ from world_core.errors import (
     UnsupportedError,
     WorldError,
 )
+from world_core.journal._agent import Agent
+from world_core.journal._blobs import BlobRef, Blobs
+from world_core.journal._client import DEFAULT_QUEUE, Client
+from world_core.journal._crash import CrashPoint, parse_crash_at
+from world_core.journal._journal import (
+    DEFAULT_BLOB_THRESHOLD,
+    POSSIBLY_RAN,
+    Journal,
+    canonical_json,
+    digest_of,
+    session_log_id,
+)
+from world_core.journal._model import (
+    Message,
+    ModelClient,
+    ModelReply,
+    ModelRequest,
+    OpenAIChatModel,
+    ScriptedModel,
+    ToolCall,
+)
+from world_core.journal._tools import Replay, Tool, ToolContext, ToolRegistry, tool
+from world_core.journal._worker import TurnResult, Worker
 from world_core.spi import (
     Capabilities,
     Chunk,
@@ -67,6 +66,7 @@ from world_core.spi import (
     StreamInfo,
     World,
 )
+from world_core.workspace._documents import DocumentEdits, Documents
 
 __all__ = [
     "DEFAULT_BLOB_THRESHOLD",

@@ -74,7 +74,7 @@ def _load_agent_factory(spec: str) -> Callable[[], Any]:
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"--agent {spec!r}: use module:attribute, e.g. my_app.agent:build")
     target: Any = load_attr(spec, "--agent")
-    from world_core._agent import Agent
+    from world_core.journal._agent import Agent
 
     if isinstance(target, Agent):
         agent: Agent = target
@@ -86,7 +86,7 @@ def _load_agent_factory(spec: str) -> Callable[[], Any]:
 
 
 async def _worker(args: argparse.Namespace) -> int:
-    from world_core._worker import Worker
+    from world_core.journal._worker import Worker
 
     factory = _load_agent_factory(args.agent)
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:

@@ -16,7 +16,11 @@ conformance suite only ever see these types::
     ├── ClosedError                                   write to a closed stream or World
     ├── UnsupportedError          (also NotImplementedError)  feature declared absent
     ├── BackendUnavailableError   (also ConnectionError)      transient fault; retry later
-    └── NonDeterminismError                           replay differs from the journal
+    ├── NonDeterminismError                           replay differs from the journal
+    ├── ModelReplyError                               a paid model reply that cannot be used
+    ├── ToolError                                     a journaled tool call failed
+    │   └── PossiblyRanError                          a never call interrupted: may have run
+    └── TurnFailedError                               the turn recorded a failure
 
 Each message says what the reader can do next.
 """
@@ -37,9 +41,13 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidIdentifierError",
     "LeaseLostError",
+    "ModelReplyError",
     "NonDeterminismError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "PossiblyRanError",
+    "ToolError",
+    "TurnFailedError",
     "UnsupportedError",
     "WorldError",
 ]
@@ -139,3 +147,84 @@ class NonDeterminismError(WorldError):
         self.position = position
         self.recorded = recorded
         self.attempted = attempted
+
+
+class ModelReplyError(WorldError):
+    """The model server answered (so the call was paid for) with something that is not a
+    usable reply. The journal records it as the step's outcome, so a redelivered turn does not
+    pay for the same request again; the turn fails with this error.
+
+    Attributes:
+        raw: the start of what the server sent (credentials scrubbed).
+    """
+
+    def __init__(self, message: str, *, raw: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+class ToolError(WorldError):
+    """A tool call recorded in the journal did not return a result (``Journal.call``).
+
+    The call happened (or may have): the error is its recorded outcome, and replay raises the
+    same error again without running the tool.
+
+    Attributes:
+        tool: the tool's name.
+        step: the step number of the call in its turn.
+        error: the recorded error text (``"ValueError: ..."``).
+    """
+
+    def __init__(self, message: str, *, tool: str, step: int, error: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.step = step
+        self.error = error
+
+
+class PossiblyRanError(ToolError):
+    """A ``never`` tool call was interrupted (a crash, a pause past its lease, its timeout)
+    before its outcome was saved: it may or may not have happened. Check the state it acts on
+    before trying again; a retry with the same arguments in the same turn reuses
+    ``idempotency_key``.
+
+    Attributes:
+        idempotency_key: the key the interrupted call was given.
+    """
+
+    def __init__(
+        self, message: str, *, tool: str, step: int, error: str, idempotency_key: str
+    ) -> None:
+        super().__init__(message, tool=tool, step=step, error=error)
+        self.idempotency_key = idempotency_key
+
+
+class TurnFailedError(WorldError):
+    """The turn could not finish and recorded why in its session (``Client.wait`` raises it).
+
+    Attributes:
+        session_id, turn_id: the turn.
+        error_type: the class name of the error that ended it (``NonDeterminismError`` ...).
+        error: its message.
+        attempts: deliveries the turn had when it failed.
+        step: the step it stopped at (None: before its first step or after its last).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        turn_id: str,
+        error_type: str,
+        error: str,
+        attempts: int,
+        step: int | None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.turn_id = turn_id
+        self.error_type = error_type
+        self.error = error
+        self.attempts = attempts
+        self.step = step

@@ -76,7 +76,7 @@ class Documents:
 
     async def get(self, session_id: str, name: str, model: type[M]) -> M | None:
         """The document's last value as ``model`` (one read of the session log), or None."""
-        from world_core._journal import session_log_id
+        from world_core.journal._journal import session_log_id
 
         check_document_name(name)
         value: Any = None
@@ -91,7 +91,7 @@ class Documents:
 
     async def put(self, session_id: str, name: str, value: BaseModel) -> None:
         """Write a new value (one append); tools running later see it."""
-        from world_core._journal import session_log_id
+        from world_core.journal._journal import session_log_id
 
         event = document_event(check_document_name(name), _dump(value))
         await self._world.log.append(session_log_id(session_id), [event])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import uuid
 
-from world_core._journal import canonical_json, check_turn_id, session_log_id
 from world_core.errors import DuplicateKeyError, InvalidArgumentError
+from world_core.journal._journal import canonical_json, check_turn_id, session_log_id
 from world_core.spi import NewEvent, OutboxMessage, World, validate_id
 
 __all__ = ["DEFAULT_QUEUE", "Client", "turn_message"]

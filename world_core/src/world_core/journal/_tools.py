@@ -20,8 +20,8 @@ from typing import Any, Literal, cast, get_args
 import anyio.to_thread
 import pydantic
 
-from world_core._documents import DocumentEdits
 from world_core.errors import InvalidArgumentError
+from world_core.workspace._documents import DocumentEdits
 
 __all__ = ["Replay", "Tool", "ToolContext", "ToolRegistry", "tool"]
 

@@ -60,18 +60,18 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from world_core._blobs import BlobRef, Blobs
-from world_core._crash import CrashPoint
-from world_core._documents import DocumentEdits, document_event
-from world_core._model import ModelClient, ModelReply, ModelRequest, ToolCall
-from world_core._tools import Replay, Tool, ToolContext
 from world_core.errors import (
     InvalidArgumentError,
     NonDeterminismError,
     NotFoundError,
     WorldError,
 )
+from world_core.journal._blobs import BlobRef, Blobs
+from world_core.journal._crash import CrashPoint
+from world_core.journal._model import ModelClient, ModelReply, ModelRequest, ToolCall
+from world_core.journal._tools import Replay, Tool, ToolContext
 from world_core.spi import MAX_ID_BYTES, NewEvent, World, validate_id
+from world_core.workspace._documents import DocumentEdits, document_event
 
 __all__ = [
     "DEFAULT_BLOB_THRESHOLD",
@@ -202,7 +202,7 @@ class Journal:
         """Load the session log (one read) and return the journal of ``turn_id``.
 
         Args:
-            crash: die at this point (see :mod:`world_core._crash`); None in production.
+            crash: die at this point (see :mod:`world_core.journal._crash`); None in production.
             blob_threshold: results above this many bytes go to blobs.
             defer_safe: let ``safe`` tool outcomes ride with the next append (the default);
                 False writes each at once, one append per ``safe`` step.

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from world_core._journal import Journal
-from world_core._model import Message, ModelClient, ModelRequest
-from world_core._tools import Tool, ToolRegistry
 from world_core.errors import InvalidArgumentError
+from world_core.journal._journal import Journal
+from world_core.journal._model import Message, ModelClient, ModelRequest
+from world_core.journal._tools import Tool, ToolRegistry
 
 __all__ = ["Agent"]
 

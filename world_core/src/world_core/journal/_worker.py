@@ -25,10 +25,6 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
-from world_core._agent import Agent
-from world_core._client import DEFAULT_QUEUE
-from world_core._crash import CrashPoint, crash_point_from_env
-from world_core._journal import Journal, check_turn_id, session_log_id
 from world_core.errors import (
     BackendUnavailableError,
     DuplicateKeyError,
@@ -36,6 +32,10 @@ from world_core.errors import (
     LeaseLostError,
     NonDeterminismError,
 )
+from world_core.journal._agent import Agent
+from world_core.journal._client import DEFAULT_QUEUE
+from world_core.journal._crash import CrashPoint, crash_point_from_env
+from world_core.journal._journal import Journal, check_turn_id, session_log_id
 from world_core.spi import Lease, World, validate_duration, validate_id
 
 __all__ = ["TurnResult", "Worker"]
