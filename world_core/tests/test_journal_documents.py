@@ -11,16 +11,18 @@ from pydantic import BaseModel
 
 from world_core import (
     Client,
+    CrashPoint,
     Documents,
     Journal,
     Replay,
+    SimulatedCrash,
     ToolContext,
     World,
     open_world,
     session_log_id,
     tool,
 )
-from world_core.errors import InvalidArgumentError
+from world_core.errors import InvalidArgumentError, PossiblyRanError, ToolError
 
 pytestmark = pytest.mark.anyio
 LOG = session_log_id("s")
@@ -70,7 +72,7 @@ async def test_a_tool_edit_commits_with_its_outcome(
     events = await world.log.read(LOG)
     keys = [event.key for event in events]
     outcome = keys.index("turn/t/step/0/outcome")
-    assert keys[outcome + 1] == "turn/t/step/0/doc/todo"
+    assert keys[outcome + 1] == "turn/t/step/0/state/doc/todo"
     # Replay: the tool does not run, the document is not edited again.
     again = await Journal.open(world, "s", turn)
     assert await again.call(add, {"item": "a"}) == 2
@@ -80,11 +82,8 @@ async def test_a_tool_edit_commits_with_its_outcome(
 
 
 async def test_an_interrupted_or_failing_tool_edits_nothing(world: World, turn: str) -> None:
-    inside = anyio.Event()
-
     async def edit_then_hang(item: str, context: ToolContext) -> str:
         context.docs.put("todo", Todo(items=[item]))
-        inside.set()
         await anyio.sleep_forever()
         return item
 
@@ -92,16 +91,22 @@ async def test_an_interrupted_or_failing_tool_edits_nothing(world: World, turn: 
         context.docs.put("todo", Todo(items=[item]))
         raise RuntimeError("failed after editing")
 
+    def edit_then_crash(item: str, context: ToolContext) -> str:
+        context.docs.put("todo", Todo(items=[item]))
+        return item
+
     journal = await Journal.open(world, "s", turn)
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(journal.call, tool(edit_then_hang, replay="never"), {"item": "x"})
-            await inside.wait()
-            tg.cancel_scope.cancel()
-    second = await Journal.open(world, "s", "t")
-    assert await second.call(tool(edit_then_hang, replay="never"), {"item": "x"}) != "x"
-    failing = await second.call(tool(edit_then_fail, replay="never"), {"item": "y"})
-    assert failing == "RuntimeError: failed after editing"
+    with anyio.fail_after(10), pytest.raises(PossiblyRanError):  # timed out
+        await journal.call(tool(edit_then_hang, replay="never", timeout=0.2), {"item": "x"})
+    with pytest.raises(ToolError, match="RuntimeError: failed after editing"):
+        await journal.call(tool(edit_then_fail, replay="never"), {"item": "y"})
+    crash = CrashPoint(2, "after_run", in_process=True)
+    dying = await Journal.open(world, "s", turn, crash=crash)
+    for step, item in ((edit_then_hang, "x"), (edit_then_fail, "y")):  # replayed
+        with pytest.raises(ToolError):
+            await dying.call(tool(step, replay="never", timeout=0.2), {"item": item})
+    with pytest.raises(SimulatedCrash):
+        await dying.call(tool(edit_then_crash, replay="never"), {"item": "z"})
     assert await Documents(world).get("s", "todo", Todo) is None
     assert not any("/doc/" in (event.key or "") for event in await world.log.read(LOG))
 

@@ -25,7 +25,7 @@ from world_core import (
     open_world,
     tool,
 )
-from world_core.errors import BackendUnavailableError
+from world_core.errors import BackendUnavailableError, ToolError
 
 pytestmark = pytest.mark.anyio
 
@@ -108,11 +108,12 @@ async def test_a_never_tool_returning_unencodable_json_records_an_error_outcome(
 
     pay_tool = tool(pay, replay="never")
     first = await Journal.open(world, "s", turn)
-    result = await first.call(pay_tool, {"amount": 5})
-    assert isinstance(result, str)
-    assert "not JSON" in result
+    with pytest.raises(ToolError, match="not JSON") as caught:
+        await first.call(pay_tool, {"amount": 5})
     replay = await Journal.open(world, "s", turn)
-    assert await replay.call(pay_tool, {"amount": 5}) == result
+    with pytest.raises(ToolError) as again:
+        await replay.call(pay_tool, {"amount": 5})
+    assert again.value.error == caught.value.error
     assert runs == ["paid"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,12 @@ from world_core import (
     POSSIBLY_RAN,
     Agent,
     Client,
+    CrashPoint,
     Journal,
     ModelReply,
     ModelRequest,
     ScriptedModel,
+    SimulatedCrash,
     ToolCall,
     ToolContext,
     World,
@@ -31,6 +34,7 @@ from world_core.errors import (
     InvalidIdentifierError,
     NonDeterminismError,
     NotFoundError,
+    PossiblyRanError,
 )
 
 pytestmark = pytest.mark.anyio
@@ -202,21 +206,21 @@ async def test_replay_reads_back_and_calls_nothing(
     assert again.recorded_reply == "bye"
 
 
+def later() -> float:
+    """A clock an hour ahead: every recorded deadline has passed on it."""
+    return time.time() + 3600
+
+
 async def interrupt_act(world: World, turn: str, args: dict[str, Any]) -> None:
-    """Start a never tool named act and cancel it inside its call: intent, no outcome."""
-    inside = anyio.Event()
+    """A never tool named act whose worker dies right before the call: intent, no outcome."""
 
     async def act(text: str) -> str:
-        inside.set()
-        await anyio.sleep_forever()
-        return text
+        raise AssertionError("the crash comes before the call")
 
-    journal = await Journal.open(world, "s", turn)
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(journal.call, tool(act, replay="never"), args)
-            await inside.wait()
-            tg.cancel_scope.cancel()
+    crash = CrashPoint(0, "before_run", in_process=True)
+    journal = await Journal.open(world, "s", turn, crash=crash)
+    with pytest.raises(SimulatedCrash):
+        await journal.call(tool(act, replay="never"), args)
 
 
 async def test_interrupted_never_tool_is_not_run_again(
@@ -225,12 +229,18 @@ async def test_interrupted_never_tool_is_not_run_again(
     t = tools(effects)
     await interrupt_act(world, turn, {"text": "go"})
     assert await keys(world) == ["turn/t/input", "turn/t/step/0/intent"]
-    again = await Journal.open(world, "s", turn)
-    assert await again.call(t["act"], {"text": "go"}) == POSSIBLY_RAN
+    again = await Journal.open(world, "s", turn, clock=later)
+    with pytest.raises(PossiblyRanError) as caught:
+        await again.call(t["act"], {"text": "go"})
+    assert caught.value.idempotency_key == "s/t/step-0"
     assert effects.keys == []
     outcome = await world.log.get(LOG, "turn/t/step/0/outcome")
     assert outcome is not None
-    assert json.loads(outcome.data)["result"] == {"output": POSSIBLY_RAN, "interrupted": True}
+    assert json.loads(outcome.data)["result"] == {
+        "output": POSSIBLY_RAN,
+        "interrupted": True,
+        "key": "s/t/step-0",
+    }
     # The model gets it as the tool's result.
     third = await Journal.open(world, "s", turn)
     call = ToolCall(id="c", name="act", arguments='{"text": "go"}')

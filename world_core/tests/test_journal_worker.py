@@ -131,8 +131,9 @@ async def test_a_failed_turn_is_released_for_a_retry(world: World) -> None:
     worker = Worker(world, Agent(model=ScriptedModel(broken)), crash=None, retry_delay=0)
     result = await worker.run_once(wait=WAIT)
     assert result is not None
-    assert result.status == "failed"
+    assert result.status == "retry"
     assert result.error == "ConnectionError: model down"
+    assert await client.status("s", turn) == "queued"
     retry = await Worker(world, echo_agent(), crash=None).run_once(wait=WAIT)
     assert retry is not None
     assert retry.status == "done"

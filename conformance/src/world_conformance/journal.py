@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import anyio
 import pytest
@@ -31,13 +33,14 @@ from world_conformance.journal_agent import (
     make_agent,
 )
 from world_core import (
-    POSSIBLY_RAN,
     Agent,
     Client,
+    CrashPoint,
     Journal,
     ModelReply,
     ModelRequest,
     ScriptedModel,
+    SimulatedCrash,
     TurnResult,
     Worker,
     World,
@@ -107,33 +110,31 @@ async def _crashed_workers(target: WorldTarget, jobs: list[dict[str, str]]) -> d
 
 
 async def _replacement(world: World, queue: str, agent: Agent) -> TurnResult:
+    """A fresh worker runs the turn to its end; a turn re-queued because a never call of the
+    dead worker might still be running (``waiting``) is claimed again once its deadline passed."""
     worker = Worker(world, agent, queue=queue, lease=LEASE, crash=None)
     with anyio.fail_after(WAIT * 2):
-        result = await worker.run_once(wait=WAIT)
-    assert result is not None, "the replacement worker got no turn: the lease never ran out?"
-    return result
+        while True:
+            result = await worker.run_once(wait=WAIT)
+            assert result is not None, (
+                "the replacement worker got no turn: the lease never ran out?"
+            )
+            if result.status != "waiting":
+                return result
+
+
+def later() -> float:
+    """A clock an hour ahead: every deadline recorded with an intent has passed on it."""
+    return time.time() + 3600
 
 
 async def _interrupt(world: World, journal_effects: Path, session: str, *, happened: bool) -> None:
-    """Run the turn until ``act`` is inside its call (after its side effect when ``happened``),
-    then cancel it there: the intent is durable, no outcome is."""
-    inside = anyio.Event()
-
-    async def hang() -> None:
-        inside.set()
-        await anyio.sleep_forever()
-
-    agent = make_agent(
-        journal_effects,
-        before_act=None if happened else hang,
-        after_act=hang if happened else None,
-    )
-    journal = await Journal.open(world, session, TURN)
-    with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(agent.run_turn, journal)
-            await inside.wait()
-            tg.cancel_scope.cancel()
+    """Run the turn until ``act``, then die there as a crash would (in process): before the
+    call, or after its side effect. The intent is durable, no outcome is."""
+    when: Literal["before_run", "after_run"] = "after_run" if happened else "before_run"
+    journal = await Journal.open(world, session, TURN, crash=CrashPoint(3, when, in_process=True))
+    with anyio.fail_after(WAIT), pytest.raises(SimulatedCrash):
+        await make_agent(journal_effects).run_turn(journal)
 
 
 class JournalContract(ContractBase):
@@ -217,27 +218,24 @@ class JournalContract(ContractBase):
     # -- two workers -----------------------------------------------------------------------------
 
     async def test_journal_two_workers_one_turn(self, world: World, journal_effects: Path) -> None:
-        """Lease 5 s, a never tool busy for 10 s, the first worker not renewing: the second
-        worker takes the turn when the lease runs out and does not run the tool (its intent
-        is taken); the first worker's late outcome is refused by the key; one outcome."""
+        """Lease 2 s, a never tool busy for 4 s after its effect (deadline 6 s), the first
+        worker not renewing: the second worker claims the turn when the lease runs out, finds
+        the call's deadline ahead and re-queues the turn instead of answering for it; the
+        first worker's outcome lands; the turn then finishes with act run once and its real
+        result, never the "may or may not have happened" one."""
         client = Client(world, queue="q")
         await client.submit("s", MESSAGE, turn_id=TURN)
 
         async def slow() -> None:
-            await anyio.sleep(10)
+            await anyio.sleep(4)
+
+        def agent(after_act: Callable[[], Awaitable[None]] | None = None) -> Agent:
+            return make_agent(journal_effects, after_act=after_act, act_timeout=6)
 
         first = Worker(
-            world,
-            make_agent(journal_effects, after_act=slow),
-            queue="q",
-            lease=5,
-            heartbeat=False,
-            name="first",
-            crash=None,
+            world, agent(slow), queue="q", lease=2, heartbeat=False, name="first", crash=None
         )
-        second = Worker(
-            world, make_agent(journal_effects), queue="q", lease=5, name="second", crash=None
-        )
+        second = Worker(world, agent(), queue="q", lease=2, name="second", crash=None)
         results: dict[str, TurnResult | None] = {}
 
         async def run_first() -> None:
@@ -253,17 +251,20 @@ class JournalContract(ContractBase):
                         break
                 await aclose(watch)
                 results["second"] = await second.run_once(wait=WAIT)
-        first_result, second_result = results["first"], results["second"]
-        assert first_result is not None
+            results["third"] = await second.run_once(wait=WAIT)
+        first_result, second_result, third = results["first"], results["second"], results["third"]
         assert second_result is not None
-        assert second_result.status == "done"
-        assert second_result.reply == REPLY
-        assert second_result.tool_runs == 1  # lookup("done") only: act was not run again
-        assert first_result.status == "superseded", first_result
-        assert (first_result.error or "").startswith("DuplicateKeyError")
+        assert second_result.status == "waiting", second_result
+        assert second_result.tool_runs == 0
+        assert first_result is not None
+        assert first_result.status == "lease_lost", first_result  # its ack came too late
+        assert third is not None
+        assert third.status == "done", third
+        assert third.reply == REPLY
+        assert (third.model_calls, third.tool_runs) == (0, 0)  # all read back
         act_outcomes = [o for o in await _outcomes(world, "s") if o["step"] == 3]
         assert len(act_outcomes) == 1
-        assert act_outcomes[0]["result"] == {"output": POSSIBLY_RAN, "interrupted": True}
+        assert act_outcomes[0]["result"] == {"output": "acted"}
         assert len(effects(journal_effects, "s")) == 1
         assert await client.reply("s", TURN) == REPLY
 
@@ -302,7 +303,7 @@ class JournalContract(ContractBase):
                 await Client(world, queue="q").submit(session, MESSAGE, turn_id=TURN)
                 await _interrupt(world, journal_effects, session, happened=i % 2 == 0)
                 policy = careful if policy_name == "careful" else careless
-                journal = await Journal.open(world, session, TURN)
+                journal = await Journal.open(world, session, TURN, clock=later)
                 reply = await make_agent(journal_effects, model=ScriptedModel(policy)).run_turn(
                     journal
                 )

@@ -36,6 +36,9 @@ __all__ = ["MESSAGE", "REPLY", "build_agent", "careful", "careless", "effects", 
 MESSAGE = "Act on the note."
 REPLY = "Done: acted on the note once."
 NOTE = "the note says: ship it"
+ACT_TIMEOUT = 2.0
+"""act's deadline: short, since a worker that takes over a turn whose act was interrupted waits
+for it before answering for the call."""
 
 
 def effects(path: Path, session_id: str) -> list[str]:
@@ -62,9 +65,10 @@ def make_agent(
     model: ScriptedModel | None = None,
     before_act: Callable[[], Awaitable[None]] | None = None,
     after_act: Callable[[], Awaitable[None]] | None = None,
+    act_timeout: float = ACT_TIMEOUT,
 ) -> Agent:
-    """The agent; ``before_act`` / ``after_act`` run around the side effect (to interrupt it
-    or make it slow)."""
+    """The agent; ``before_act`` / ``after_act`` run around the side effect (to make it slow);
+    ``act_timeout`` is act's deadline."""
 
     def lookup(topic: str, context: ToolContext) -> str:
         """Look something up: "note" for the note, "done" to see whether act happened."""
@@ -83,7 +87,9 @@ def make_agent(
 
     return Agent(
         model=model if model is not None else ScriptedModel(careful),
-        tools=ToolRegistry([tool(lookup, replay="safe"), tool(act, replay=act_replay)]),
+        tools=ToolRegistry(
+            [tool(lookup, replay="safe"), tool(act, replay=act_replay, timeout=act_timeout)]
+        ),
         system="Act once. Check before repeating.",
     )
 

@@ -58,6 +58,11 @@ def _env(name: str) -> str:
     return value
 
 
+SEND_TIMEOUT = 5.0
+"""send_email's deadline: a worker taking over a turn whose send was interrupted waits this long
+(from the send's start) before telling the model it may or may not have happened."""
+
+
 def lookup_note(topic: Annotated[str, Field(description="the note's topic")]) -> str:
     """Read a note by topic."""
     return NOTES.get(topic, f"no note about {topic!r}")
@@ -73,7 +78,8 @@ def send_email(to: str, subject: str, body: str, context: ToolContext) -> str:
     message[SESSION_HEADER] = context.session_id
     message["X-Idempotency-Key"] = context.idempotency_key
     message.set_content(body)
-    with smtplib.SMTP(host, int(port), timeout=10) as smtp:
+    context.check()  # a worker resumed late (paused past its lease) must not send now
+    with smtplib.SMTP(host, int(port), timeout=SEND_TIMEOUT - 1) as smtp:
         smtp.send_message(message)
     return f"sent to {to}"
 
@@ -105,7 +111,7 @@ def tools(send_replay: Replay = "never") -> ToolRegistry:
     return ToolRegistry(
         [
             tool(lookup_note, replay="safe"),
-            tool(send_email, replay="never").relabel(send_replay),
+            tool(send_email, replay="never", timeout=SEND_TIMEOUT).relabel(send_replay),
             tool(check_sent, replay="safe"),
         ]
     )

@@ -17,6 +17,7 @@ from world_core._select import (
 )
 from world_core.errors import (
     BackendUnavailableError,
+    CallInFlightError,
     ClosedError,
     ConfigurationError,
     ConflictError,
@@ -24,16 +25,20 @@ from world_core.errors import (
     InvalidArgumentError,
     InvalidIdentifierError,
     LeaseLostError,
+    ModelReplyError,
     NonDeterminismError,
     NotFoundError,
     PayloadTooLargeError,
+    PossiblyRanError,
+    ToolError,
+    TurnFailedError,
     UnsupportedError,
     WorldError,
 )
 from world_core.journal._agent import Agent
 from world_core.journal._blobs import BlobRef, Blobs
-from world_core.journal._client import DEFAULT_QUEUE, Client
-from world_core.journal._crash import CrashPoint, parse_crash_at
+from world_core.journal._client import DEFAULT_QUEUE, Client, TurnStatus
+from world_core.journal._crash import CrashPoint, SimulatedCrash, parse_crash_at
 from world_core.journal._journal import (
     DEFAULT_BLOB_THRESHOLD,
     POSSIBLY_RAN,
@@ -51,7 +56,15 @@ from world_core.journal._model import (
     ScriptedModel,
     ToolCall,
 )
-from world_core.journal._tools import Replay, Tool, ToolContext, ToolRegistry, tool
+from world_core.journal._tools import (
+    DEFAULT_TOOL_TIMEOUT,
+    Replay,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    idempotency_key,
+    tool,
+)
 from world_core.journal._worker import TurnResult, Worker
 from world_core.spi import (
     Capabilities,
@@ -71,6 +84,7 @@ from world_core.workspace._documents import DocumentEdits, Documents
 __all__ = [
     "DEFAULT_BLOB_THRESHOLD",
     "DEFAULT_QUEUE",
+    "DEFAULT_TOOL_TIMEOUT",
     "ENTRY_POINT_GROUP",
     "POSSIBLY_RAN",
     "Agent",
@@ -88,18 +102,26 @@ __all__ = [
     "OpenAIChatModel",
     "Replay",
     "ScriptedModel",
+    "SimulatedCrash",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolRegistry",
     "TurnResult",
+    "TurnStatus",
     "Worker",
     "canonical_json",
     "digest_of",
     "parse_crash_at",
     "session_log_id",
+    "idempotency_key",
     "tool",
     "BackendUnavailableError",
+    "CallInFlightError",
+    "ModelReplyError",
+    "PossiblyRanError",
+    "ToolError",
+    "TurnFailedError",
     "Capabilities",
     "Chunk",
     "ClosedError",

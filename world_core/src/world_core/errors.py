@@ -17,6 +17,7 @@ conformance suite only ever see these types::
     ├── UnsupportedError          (also NotImplementedError)  feature declared absent
     ├── BackendUnavailableError   (also ConnectionError)      transient fault; retry later
     ├── NonDeterminismError                           replay differs from the journal
+    ├── CallInFlightError                             a never call may still be running
     ├── ModelReplyError                               a paid model reply that cannot be used
     ├── ToolError                                     a journaled tool call failed
     │   └── PossiblyRanError                          a never call interrupted: may have run
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BackendUnavailableError",
+    "CallInFlightError",
     "ClosedError",
     "ConfigurationError",
     "ConflictError",
@@ -228,3 +230,20 @@ class TurnFailedError(WorldError):
         self.error = error
         self.attempts = attempts
         self.step = step
+
+
+class CallInFlightError(WorldError):
+    """A ``never`` call recorded by another worker may still be running: its deadline (on the
+    store's clock) has not passed, so nobody may answer for it yet. The worker re-queues the
+    turn to resume after ``retry_after`` seconds; code driving a Journal by hand waits that long
+    and opens a new one.
+
+    Attributes:
+        step: the step of the call in flight.
+        retry_after: seconds until its deadline (plus a margin for clock error) has passed.
+    """
+
+    def __init__(self, message: str, *, step: int, retry_after: float) -> None:
+        super().__init__(message)
+        self.step = step
+        self.retry_after = retry_after

@@ -7,15 +7,19 @@ observers and adapters build on its public names.
 
 from world_core.journal._agent import Agent
 from world_core.journal._blobs import BlobRef, Blobs
-from world_core.journal._client import DEFAULT_QUEUE, Client
-from world_core.journal._crash import CrashPoint, parse_crash_at
+from world_core.journal._client import DEFAULT_QUEUE, Client, TurnStatus
+from world_core.journal._crash import CrashPoint, SimulatedCrash, parse_crash_at
 from world_core.journal._journal import (
+    CLOCK_MARGIN,
     DEFAULT_BLOB_THRESHOLD,
+    MAX_TURN_ID_BYTES,
     POSSIBLY_RAN,
     Journal,
     canonical_json,
     digest_of,
+    read_state,
     session_log_id,
+    write_state,
 )
 from world_core.journal._model import (
     Message,
@@ -26,11 +30,24 @@ from world_core.journal._model import (
     ScriptedModel,
     ToolCall,
 )
-from world_core.journal._tools import Replay, Tool, ToolContext, ToolRegistry, tool
+from world_core.journal._tools import (
+    DEFAULT_TOOL_TIMEOUT,
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    Replay,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    idempotency_key,
+    tool,
+)
 from world_core.journal._worker import TurnResult, Worker
 
 __all__ = [
+    "CLOCK_MARGIN",
     "DEFAULT_BLOB_THRESHOLD",
+    "DEFAULT_TOOL_TIMEOUT",
+    "MAX_IDEMPOTENCY_KEY_BYTES",
+    "MAX_TURN_ID_BYTES",
     "DEFAULT_QUEUE",
     "POSSIBLY_RAN",
     "Agent",
@@ -46,15 +63,20 @@ __all__ = [
     "OpenAIChatModel",
     "Replay",
     "ScriptedModel",
+    "SimulatedCrash",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolRegistry",
     "TurnResult",
+    "TurnStatus",
     "Worker",
     "canonical_json",
     "digest_of",
+    "idempotency_key",
     "parse_crash_at",
+    "read_state",
     "session_log_id",
     "tool",
+    "write_state",
 ]

@@ -1,18 +1,41 @@
-"""Submitting turns and reading replies: what an app (a chat route, a script) calls."""
+"""Submitting turns and reading their outcome: what an app (a chat route, a script) calls."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import uuid
+from typing import Any, Literal
 
-from world_core.errors import DuplicateKeyError, InvalidArgumentError
-from world_core.journal._journal import canonical_json, check_turn_id, session_log_id
-from world_core.spi import NewEvent, OutboxMessage, World, validate_id
+import anyio
 
-__all__ = ["DEFAULT_QUEUE", "Client", "turn_message"]
+from world_core.errors import (
+    DuplicateKeyError,
+    InvalidArgumentError,
+    NotFoundError,
+    TurnFailedError,
+)
+from world_core.journal._blobs import Blobs
+from world_core.journal._journal import (
+    DEFAULT_BLOB_THRESHOLD,
+    canonical_json,
+    check_turn_id,
+    load_value,
+    session_log_id,
+    stored_value,
+)
+from world_core.spi import MAX_ID_BYTES, Event, NewEvent, OutboxMessage, World, validate_id
+
+__all__ = ["DEFAULT_QUEUE", "Client", "TurnStatus", "turn_message"]
 
 DEFAULT_QUEUE = "turns"
 """The queue turns are sent to and workers claim from."""
+
+TurnStatus = Literal["unknown", "queued", "running", "done", "failed"]
+"""``unknown``: never submitted; ``queued``: submitted, no step recorded yet; ``running``: steps
+recorded, no reply yet (running, or waiting for a retry); ``done``: replied; ``failed``: a
+failure is recorded (:meth:`Client.failure` says why)."""
 
 
 def turn_message(session_id: str, turn_id: str) -> bytes:
@@ -20,73 +43,173 @@ def turn_message(session_id: str, turn_id: str) -> bytes:
     return canonical_json({"session_id": session_id, "turn_id": turn_id})
 
 
+def _queue_key(session_id: str, turn_id: str) -> str:
+    """The queue's deduplication key of a turn: ``<session>/<turn>``, or a digest of it when
+    that is too long to be a key."""
+    key = f"{session_id}/{turn_id}"
+    if len(key.encode("utf-8")) <= MAX_ID_BYTES:
+        return key
+    return "turn-sha256/" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
 class Client:
-    """Submit turns, wait for and read replies. Nothing here runs the turn: a
-    :class:`~world_core.Worker` does, so a caller that goes away (a closed tab) stops nothing.
+    """Submit turns, wait for and read their replies or failures. Nothing here runs the turn:
+    a :class:`~world_core.Worker` does, so a caller that goes away (a closed tab) stops nothing.
     """
 
-    def __init__(self, world: World, *, queue: str = DEFAULT_QUEUE) -> None:
+    def __init__(
+        self,
+        world: World,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+    ) -> None:
         self._world = world
         self._queue = validate_id(queue, "queue")
+        self._blobs = Blobs(world.stream)
+        self._blob_threshold = blob_threshold
 
     async def submit(self, session_id: str, message: str, *, turn_id: str | None = None) -> str:
         """Record the user's message as a new turn and queue it; returns the turn id.
 
         Idempotent per ``turn_id``: submitting the same turn again (say, after a timeout whose
-        outcome is unknown) queues it only if it has no reply yet, and never twice at once
-        (the message's dedup key is ``<session>/<turn>``). Where the World has an outbox the
-        input and the message are one atomic write.
+        outcome is unknown) queues it only if it has no reply or failure yet, and never twice
+        at once. Where the World has an outbox the input and the message are one atomic write.
+        A message above the blob threshold is stored as a blob first.
+
+        A failed turn is over: to try its message again, :meth:`resubmit` it (a new turn).
 
         Raises:
-            InvalidArgumentError: ``turn_id`` was already used with a different message, or
-                bad ids (nothing is written).
+            InvalidArgumentError: ``turn_id`` was already used with a different message, a
+                message that is not a str, or bad ids (nothing is written).
         """
         log_id = session_log_id(session_id)
         turn = check_turn_id(turn_id if turn_id is not None else uuid.uuid4().hex)
         if not isinstance(message, str):
             raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")
-        event = NewEvent(
-            key=f"turn/{turn}/input",
-            data=canonical_json({"t": "input", "turn": turn, "message": message}),
-        )
-        dedup = f"{session_id}/{turn}"
+        digest = hashlib.sha256(canonical_json(message)).hexdigest()
+        stored = await stored_value(self._blobs, message, self._blob_threshold)
+        body: dict[str, Any] = {"t": "input", "turn": turn, "digest": digest}
+        body.update({"message": message} if "value" in stored else stored)
+        event = NewEvent(key=f"turn/{turn}/input", data=canonical_json(body))
+        dedup = _queue_key(session_id, turn)
         payload = turn_message(session_id, turn)
         outbox = self._world.capabilities.outbox
         messages = [OutboxMessage(queue=self._queue, payload=payload, dedup_key=dedup)]
         try:
             await self._world.log.append(log_id, [event], messages=messages if outbox else ())
         except DuplicateKeyError as exc:
-            if json.loads(exc.existing.data).get("message") != message:
+            existing = json.loads(exc.existing.data)
+            same = existing.get("digest") == digest or existing.get("message") == message
+            if not same:
                 raise InvalidArgumentError(
                     f"turn {turn!r} of session {session_id!r} was submitted with another "
                     "message; use a new turn_id"
                 ) from None
-            if await self.reply(session_id, turn) is not None:
+            if await self.status(session_id, turn) in ("done", "failed"):
                 return turn
             outbox = False  # unknown whether it was queued: queue it (deduplicated)
         if not outbox:
             await self._world.queue.enqueue(self._queue, payload, dedup_key=dedup)
         return turn
 
-    async def reply(self, session_id: str, turn_id: str) -> str | None:
-        """The turn's reply, or None while it runs (or if it was never submitted)."""
-        event = await self._world.log.get(session_log_id(session_id), f"turn/{turn_id}/reply")
-        if event is None:
-            return None
-        reply: str = json.loads(event.data)["reply"]
-        return reply
+    async def resubmit(self, session_id: str, turn_id: str) -> str:
+        """Submit a finished or failed turn's message again, as a new turn; its id.
 
-    async def wait(self, session_id: str, turn_id: str) -> str:
-        """Wait for the turn's reply (woken by ``Log.watch``). Bound it with
-        ``anyio.fail_after``; a caller that stops waiting stops nothing: the turn goes on."""
+        Raises:
+            NotFoundError: the turn was never submitted.
+        """
+        event = await self._world.log.get(session_log_id(session_id), f"turn/{turn_id}/input")
+        if event is None:
+            raise NotFoundError(f"turn {turn_id!r} of session {session_id!r} was never submitted")
+        body = json.loads(event.data)
+        message = body["message"] if "message" in body else await load_value(self._blobs, body)
+        return await self.submit(session_id, str(message))
+
+    async def status(self, session_id: str, turn_id: str) -> TurnStatus:
+        """Where the turn is: see :data:`TurnStatus` (a few keyed reads, no log scan)."""
         log_id = session_log_id(session_id)
-        key = f"turn/{turn_id}/reply"
-        tail = await self._world.log.tail(log_id)
-        found = await self.reply(session_id, turn_id)
-        if found is not None:
-            return found
-        async for event in self._world.log.watch(log_id, after=tail):
-            if event.key == key:
-                reply: str = json.loads(event.data)["reply"]
-                return reply
+        check_turn_id(turn_id)
+        get = self._world.log.get
+        if await get(log_id, f"turn/{turn_id}/reply") is not None:
+            return "done"
+        if await get(log_id, f"turn/{turn_id}/failure") is not None:
+            return "failed"
+        if await get(log_id, f"turn/{turn_id}/input") is None:
+            return "unknown"
+        for what in ("step/0/outcome", "step/0/intent"):
+            if await get(log_id, f"turn/{turn_id}/{what}") is not None:
+                return "running"
+        return "queued"
+
+    async def reply(self, session_id: str, turn_id: str) -> str | None:
+        """The turn's reply, or None while it runs, if it failed, or was never submitted."""
+        event = await self._world.log.get(session_log_id(session_id), f"turn/{turn_id}/reply")
+        return None if event is None else await self._reply_of(event)
+
+    async def failure(self, session_id: str, turn_id: str) -> TurnFailedError | None:
+        """Why the turn failed (the error :meth:`wait` raises), or None if it has not."""
+        log_id = session_log_id(session_id)
+        event = await self._world.log.get(log_id, f"turn/{turn_id}/failure")
+        return None if event is None else _failure_of(session_id, turn_id, event)
+
+    async def wait(
+        self,
+        session_id: str,
+        turn_id: str,
+        *,
+        timeout: float | None = 600.0,  # noqa: ASYNC109  (a default deadline for every wait)
+    ) -> str:
+        """Wait for the turn's reply (woken by ``Log.watch``) and return it.
+
+        A caller that stops waiting stops nothing: the turn goes on.
+
+        Args:
+            timeout: seconds to wait at most; None waits as long as it takes.
+
+        Raises:
+            TurnFailedError: the turn recorded a failure (error class, message, attempts, the
+                step it stopped at); resubmit it with :meth:`resubmit` if that makes sense.
+            TimeoutError: no reply or failure within ``timeout``.
+        """
+        log_id = session_log_id(session_id)
+        check_turn_id(turn_id)
+        if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
+            raise InvalidArgumentError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+        with anyio.fail_after(timeout):
+            tail = await self._world.log.tail(log_id)
+            found = await self.reply(session_id, turn_id)
+            if found is not None:
+                return found
+            failed = await self.failure(session_id, turn_id)
+            if failed is not None:
+                raise failed
+            async for event in self._world.log.watch(log_id, after=tail):
+                if event.key == f"turn/{turn_id}/reply":
+                    return await self._reply_of(event)
+                if event.key == f"turn/{turn_id}/failure":
+                    raise _failure_of(session_id, turn_id, event)
         raise AssertionError("unreachable: watch never ends by itself")
+
+    async def _reply_of(self, event: Event) -> str:
+        body = json.loads(event.data)
+        if "reply" in body:
+            return str(body["reply"])
+        return str(await load_value(self._blobs, body))
+
+
+def _failure_of(session_id: str, turn_id: str, event: Event) -> TurnFailedError:
+    body = json.loads(event.data)
+    error_type, error = str(body.get("error_type")), str(body.get("error"))
+    attempts, step = int(body.get("attempts") or 0), body.get("step")
+    where = "before its first step" if step is None else f"at step {step}"
+    return TurnFailedError(
+        f"turn {turn_id!r} of session {session_id!r} failed {where} after {attempts} "
+        f"attempt(s): {error_type}: {error}",
+        session_id=session_id,
+        turn_id=turn_id,
+        error_type=error_type,
+        error=error,
+        attempts=attempts,
+        step=step if isinstance(step, int) else None,
+    )

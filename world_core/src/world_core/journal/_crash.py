@@ -15,11 +15,23 @@ from typing import Literal, NoReturn, cast
 
 from world_core.errors import ConfigurationError
 
-__all__ = ["CRASH_AT_VARIABLE", "CrashPoint", "crash_point_from_env", "parse_crash_at"]
+__all__ = [
+    "CRASH_AT_VARIABLE",
+    "CrashPoint",
+    "SimulatedCrash",
+    "crash_point_from_env",
+    "parse_crash_at",
+]
 
 CRASH_AT_VARIABLE = "CRASH_AT"
 
 When = Literal["before_run", "after_run"]
+
+
+class SimulatedCrash(BaseException):
+    """Raised by an ``in_process`` :class:`CrashPoint` instead of ending the process: the
+    journal writes nothing more for the step, exactly as if the process had died there. A
+    BaseException, so no ``except Exception`` on the way swallows it."""
 
 
 @dataclass(frozen=True)
@@ -29,16 +41,23 @@ class CrashPoint:
     ``before_run`` fires after the step's intent is durable (for ``never`` tools) and before the
     call starts; ``after_run`` fires after the call returned and before its outcome is written.
     Steps read back from the journal do not run, so they never fire.
+
+    ``in_process=True`` raises :class:`SimulatedCrash` instead of ending the process, for tests
+    that need the journal a crash leaves behind without a second process.
     """
 
     step: int
     when: When
+    in_process: bool = False
 
     def __str__(self) -> str:
         return f"{self.step}:{self.when}"
 
     def hit(self) -> NoReturn:
-        """End the process now with status 1, like a kill: nothing else runs."""
+        """End the process now with status 1, like a kill: nothing else runs (or raise
+        :class:`SimulatedCrash`, ``in_process``)."""
+        if self.in_process:
+            raise SimulatedCrash(f"simulated crash at step {self}")
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # a closed pipe must not stop us
                 stream.flush()

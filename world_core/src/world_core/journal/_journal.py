@@ -3,25 +3,43 @@
 One log per session (``session/<session_id>``). A turn's calls are numbered steps 0, 1, 2 ...
 in the order the agent code makes them. Events (JSON) and their keys, unique in the log:
 
-=============================  ==============================================================
-``turn/<t>/input``             the user's message (written by :class:`~world_core.Client`)
-``turn/<t>/step/<n>/intent``   a ``never`` tool is about to run (kind, name, input digest)
-``turn/<t>/step/<n>/outcome``  the step's result (or a blob reference), with its identity
-``turn/<t>/step/<n>/doc/<d>``  document ``d`` as step ``n``'s tool left it (see Documents)
-``turn/<t>/reply``             the final reply; the turn is finished
-=============================  ==============================================================
+====================================  =======================================================
+``turn/<t>/input``                    the user's message (written by :class:`~world_core.Client`)
+``turn/<t>/step/<n>/intent``          a ``never`` tool is about to run (identity, deadline, key)
+``turn/<t>/step/<n>/outcome``         the step's result (or a blob reference), with its identity
+``turn/<t>/step/<n>/state/<name>``    a value the step's tool staged (``context.stage``)
+``turn/<t>/reply``                    the final reply; the turn is finished
+``turn/<t>/failure``                  why the turn could not finish; the turn is over
+====================================  =======================================================
 
 The rules, for step ``n``:
 
 * Outcome recorded: return it, call nothing.
 * Intent recorded, no outcome (the call was interrupted): a model call and a ``safe`` tool run
-  again; a ``never`` tool does not run: its outcome becomes :data:`POSSIBLY_RAN`, telling the
-  model the call may or may not have happened and to check the current state first.
+  again. A ``never`` tool does not run again. While the deadline recorded with its intent
+  (plus a margin of :data:`CLOCK_MARGIN` seconds for clock error) has not passed, the call may
+  still be running in a worker that is paused or cut off, so nobody answers for it:
+  :class:`~world_core.errors.CallInFlightError` tells the worker to re-queue the turn until
+  then. After it, the outcome becomes :data:`POSSIBLY_RAN`, telling the model the call may or
+  may not have happened and to check the current state first.
 * Nothing recorded: a ``never`` tool's intent is appended (and committed) before the tool
-  runs, in an append of its own that nothing of the tool's can join; then the call runs; then
-  its outcome is appended at once. Model calls and ``safe`` tools write no intent: an
-  interrupted one has nothing recorded and, by the rule above, runs again anyway, so the
-  intent would cost a round trip and change no decision.
+  runs, in an append of its own that nothing of the tool's can join; then the call runs,
+  shielded from cancellation (a lost lease or SIGTERM does not cut it off half-way) and
+  bounded by the tool's ``timeout``; then its outcome is appended at once. Model calls and
+  ``safe`` tools write no intent: an interrupted one has nothing recorded and, by the rule
+  above, runs again anyway.
+* Deadlines: every tool call has one (its tool's ``timeout``). An async tool still running at
+  its deadline is cancelled; a sync tool is abandoned in its thread and reported in the log.
+  The outcome is then a timeout error (``safe``) or :data:`POSSIBLY_RAN` (``never``). Deadlines
+  are on the store's clock as the worker estimates it from its lease (``clock``).
+* Idempotency keys: step ``n``'s key is ``<session>/<turn>/step-<n>`` (at most 255 bytes; see
+  :func:`~world_core.journal._tools.idempotency_key`). A ``never`` call whose latest earlier
+  call of the same tool with the same arguments in this turn was interrupted (may have
+  happened) reuses that call's key, so an API that honours keys sees one request however
+  often the model retries blindly. The key is recorded with the intent. Limits: only within
+  one turn, only for byte-identical arguments (canonical JSON of what the model sent), and only
+  an API that honours keys can drop the repeat; a call that returned (even with an error) is
+  not interrupted, and a later identical call gets a fresh key.
 * Deferred outcomes: a ``safe`` tool's outcome, and the values of ``now()``, ``uuid()`` and
   ``random()`` (steps too), are not appended on their own: they ride with the next append
   (the next model call's outcome, a ``never`` intent, the reply; or on their own past 1 MiB).
@@ -30,76 +48,134 @@ The rules, for step ``n``:
   step order, so any later outcome is in the same atomic batch or after it.
 * Round trips per step: model call 1; ``never`` tool 2 (intent, outcome); ``safe`` tool and
   ``now``/``uuid``/``random`` 0 of their own (``defer_safe=False``: 1 per ``safe`` tool).
-* Every recorded step carries its kind, name and a sha-256 of its canonical input (for a model
-  call: the whole request, conversation and tool schemas). Replay compares them at each
-  position; any difference raises :class:`~world_core.errors.NonDeterminismError` with both
-  sides, before anything runs or is written. So does code that goes on past a recorded reply,
-  or stops before the recorded steps end.
+* Writes that must not be lost are shielded from cancellation and retried on transient faults
+  (:class:`~world_core.errors.BackendUnavailableError`) for up to :data:`WRITE_RETRY_SECONDS`:
+  every journal event is keyed, so a retry of a write that did land is recognised by its
+  identical stored event and counts as done.
+* Every recorded step carries its kind, name and a sha-256 of its canonical input: for a tool,
+  the arguments exactly as the model sent them (before defaults are filled); for a model call,
+  the whole request, with a digest per message field so a mismatch names the message and
+  field that changed. Replay compares them at each position; any difference raises
+  :class:`~world_core.errors.NonDeterminismError` with both sides, before anything runs or is
+  written. So does code that goes on past a recorded reply, or stops before the recorded steps
+  end.
 * Single ownership: keys are unique in the log, so of two workers on one step, the second
   intent (``never``) or the second outcome (any step) is refused with
   :class:`~world_core.errors.DuplicateKeyError`; the loser stops, having run no ``never`` tool.
   After any failed append the Journal refuses further steps (its view may be stale): open a
   new one.
-* Documents: a tool's edits (``context.docs.put``) become ``turn/<t>/step/<n>/doc/<name>``
-  events in the same atomic append as its outcome (or the same deferred batch), and only if
-  the tool returned: an interrupted or failing call edits nothing.
-* Results whose canonical JSON exceeds ``blob_threshold`` bytes go to a content-addressed blob
-  (written before the outcome); the outcome keeps digest and size; replay reads them back.
+* Staged state: a tool's staged values (``context.stage``, which the documents build on)
+  become ``state`` events in the same atomic append as its outcome (or the same deferred
+  batch), and only if the tool returned: an interrupted or failing call changes nothing.
+* Unusable paid replies: a model reply the client cannot parse
+  (:class:`~world_core.errors.ModelReplyError`) is recorded as the step's outcome and raised;
+  a redelivered turn raises it again from the journal and never pays for it twice.
+* Values whose canonical JSON exceeds ``blob_threshold`` bytes (results, replies, inputs,
+  staged values) go to a content-addressed blob written before the event that names it; the
+  event keeps digest and size. Text JSON cannot carry as UTF-8 (a lone surrogate such as
+  ``"\\ud83d"``) is stored escaped, losslessly.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import random as _random
 import time
 import uuid as _uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+import anyio
 from pydantic_core import to_jsonable_python
 
 from world_core.errors import (
+    BackendUnavailableError,
+    CallInFlightError,
+    DuplicateKeyError,
     InvalidArgumentError,
+    ModelReplyError,
     NonDeterminismError,
     NotFoundError,
+    PossiblyRanError,
+    ToolError,
     WorldError,
 )
 from world_core.journal._blobs import BlobRef, Blobs
 from world_core.journal._crash import CrashPoint
 from world_core.journal._model import ModelClient, ModelReply, ModelRequest, ToolCall
-from world_core.journal._tools import Replay, Tool, ToolContext
-from world_core.spi import MAX_ID_BYTES, NewEvent, World, validate_id
-from world_core.workspace._documents import DocumentEdits, document_event
+from world_core.journal._tools import (
+    MAX_STATE_NAME_BYTES,
+    Replay,
+    Tool,
+    ToolContext,
+    check_state_name,
+    idempotency_key,
+)
+from world_core.spi import MAX_ID_BYTES, Event, NewEvent, World, validate_id
 
 __all__ = [
+    "CLOCK_MARGIN",
     "DEFAULT_BLOB_THRESHOLD",
+    "MAX_TURN_ID_BYTES",
     "POSSIBLY_RAN",
+    "WRITE_RETRY_SECONDS",
     "Journal",
     "canonical_json",
+    "check_turn_id",
     "digest_of",
+    "load_value",
+    "read_state",
     "session_log_id",
+    "stored_value",
+    "write_state",
 ]
 
+log = logging.getLogger("world.journal")
+
 DEFAULT_BLOB_THRESHOLD = 64 * 1024
-"""Results larger than this (canonical JSON bytes) are stored as blobs."""
+"""Values larger than this (canonical JSON bytes) are stored as blobs."""
 
 POSSIBLY_RAN = (
     "This call was interrupted before its result was saved, so it may or may not have "
     "happened. Check the current state before you try it again."
 )
-"""The tool result a model gets for an interrupted ``never`` tool."""
+"""The tool result a model gets for an interrupted (or timed-out) ``never`` tool."""
+
+CLOCK_MARGIN = 1.0
+"""Seconds added to a recorded deadline before another worker may answer for the call: covers
+the error of each worker's estimate of the store's clock (a claim's round trip)."""
+
+WRITE_RETRY_SECONDS = 30.0
+"""How long a journal write is retried on transient faults before the turn gives up."""
+
+MAX_TURN_ID_BYTES = 256
+"""The longest turn id: every key of the turn (``turn/<t>/step/<n>/state/<name>``) then fits."""
 
 _PREVIEW_CHARS = 300
 _PENDING_FLUSH_BYTES = 1024 * 1024  # deferred outcomes are written once they reach this
+_ERROR_CHARS = 2000
+assert 5 + MAX_TURN_ID_BYTES + 6 + 10 + 7 + MAX_STATE_NAME_BYTES <= MAX_ID_BYTES
 
 
 def canonical_json(value: object) -> bytes:
-    """Sorted keys, no spaces, UTF-8: the bytes digests and blobs are computed over."""
-    return json.dumps(
+    """Sorted keys, no spaces, UTF-8: the bytes digests and blobs are computed over.
+
+    Text that UTF-8 cannot carry (lone surrogates, valid in JSON as ``\\ud83d``) is written
+    with JSON escapes instead, losslessly: parsing gives back the same string.
+    """
+    text = json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        ).encode("ascii")
 
 
 def digest_of(value: object) -> str:
@@ -115,18 +191,131 @@ def session_log_id(session_id: str) -> str:
 
 
 def check_turn_id(turn_id: str) -> str:
+    """A turn id: a valid identifier without ``/``, at most :data:`MAX_TURN_ID_BYTES` bytes.
+
+    Raises:
+        InvalidArgumentError: anything else (so every key of the turn fits before any call).
+    """
     validate_id(turn_id, "turn_id")
-    if "/" in turn_id or len(turn_id.encode()) > MAX_ID_BYTES - 64:
+    if "/" in turn_id or len(turn_id.encode()) > MAX_TURN_ID_BYTES:
         raise InvalidArgumentError(
-            f"turn_id {turn_id!r} must not contain '/' and must leave room for step keys "
-            f"(at most {MAX_ID_BYTES - 64} UTF-8 bytes)"
+            f"turn_id {turn_id[:80]!r} must not contain '/' and must be at most "
+            f"{MAX_TURN_ID_BYTES} UTF-8 bytes, so every key of the turn fits; use a shorter id"
         )
     return turn_id
 
 
 def _preview(value: object) -> str:
-    text = canonical_json(value).decode("utf-8")
+    text = canonical_json(value).decode("utf-8", "replace")
     return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "..."
+
+
+async def stored_value(blobs: Blobs, value: Any, threshold: int) -> dict[str, Any]:
+    """``{"value": value}``, or ``{"blob": ref}`` after storing it when its canonical JSON
+    exceeds ``threshold`` bytes: how the journal writes replies, inputs and state."""
+    encoded = canonical_json(value)
+    if len(encoded) <= threshold:
+        return {"value": value}
+    ref = await blobs.put(encoded)
+    return {"blob": ref.model_dump()}
+
+
+async def load_value(blobs: Blobs, body: dict[str, Any]) -> Any:
+    """The value a :func:`stored_value` body holds (reading its blob if it has one)."""
+    if "blob" in body:
+        return json.loads(await blobs.get(BlobRef.model_validate(body["blob"])))
+    return body.get("value")
+
+
+def _state_event(name: str, stored: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"t": "state", "name": name, **stored, **extra}
+
+
+async def write_state(
+    world: World, session_id: str, name: str, value: Any, *, threshold: int = DEFAULT_BLOB_THRESHOLD
+) -> None:
+    """Set the session's state ``name`` from outside a turn (one append; a blob first when
+    large). Tools running later see it through ``context.state``."""
+    log_id = session_log_id(session_id)
+    check_state_name(name)
+    stored = await stored_value(Blobs(world.stream), to_jsonable_python(value), threshold)
+    data = canonical_json(_state_event(name, stored))
+    await world.log.append(log_id, [NewEvent(data=data)])
+
+
+async def read_state(world: World, session_id: str, name: str) -> Any:
+    """The session's latest state ``name`` (one read of the session log), or None."""
+    check_state_name(name)
+    latest: dict[str, Any] | None = None
+    for event in await world.log.read(session_log_id(session_id)):
+        body = _decode(event.data)
+        if body is not None and body.get("t") == "state" and body.get("name") == name:
+            latest = body
+    return None if latest is None else await load_value(Blobs(world.stream), latest)
+
+
+def _decode(data: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None  # not ours: the session log may carry other events
+    return body if isinstance(body, dict) else None
+
+
+def _request_parts(payload: dict[str, Any]) -> dict[str, Any]:
+    """Short digests of each message's fields and each tool: what a mismatch report compares."""
+    messages: list[dict[str, str]] = []
+    for message in payload["messages"]:
+        entry = {"role": str(message.get("role"))}
+        for key, value in message.items():
+            if key != "role":
+                entry[key] = digest_of(value)[:12]
+        messages.append(entry)
+    tools: dict[str, str] = {}
+    for index, schema in enumerate(payload["tools"]):
+        name = str(schema.get("function", {}).get("name", f"#{index}"))
+        tools[name] = digest_of(schema)[:12]
+    return {"messages": messages, "tools": tools}
+
+
+def _request_difference(
+    recorded: dict[str, Any], attempted: dict[str, Any], payload: dict[str, Any]
+) -> list[str]:
+    """A few lines saying where two model requests differ (which message, which field)."""
+    lines: list[str] = []
+    old, new = recorded.get("messages", []), attempted["messages"]
+    for index in range(max(len(old), len(new))):
+        if index >= len(old):
+            lines.append(
+                f"message {index} ({new[index]['role']}) is new: "
+                f"{_preview(payload['messages'][index])[:120]}"
+            )
+            break
+        if index >= len(new):
+            lines.append(f"message {index} ({old[index].get('role')}) is no longer sent")
+            break
+        if old[index] != new[index]:
+            fields = sorted(
+                k for k in {*old[index], *new[index]} if old[index].get(k) != new[index].get(k)
+            )
+            for name in fields[:3]:
+                now = payload["messages"][index].get(name)
+                lines.append(
+                    f"message {index} ({new[index]['role']}) field {name!r} differs; "
+                    f"now: {_preview(now)[:120]}"
+                )
+            break
+    old_tools, new_tools = recorded.get("tools", {}), attempted["tools"]
+    for name in sorted({*old_tools, *new_tools}):
+        if name not in new_tools:
+            lines.append(f"tool {name!r} is no longer offered")
+        elif name not in old_tools:
+            lines.append(f"tool {name!r} is offered now but was not")
+        elif old_tools[name] != new_tools[name]:
+            lines.append(f"tool {name!r} has another schema or description now")
+    if len(old) != len(new):
+        lines.append(f"{len(old)} messages were sent then, {len(new)} now")
+    return lines[:6]
 
 
 @dataclass
@@ -146,14 +335,16 @@ class _Turn:
     steps: dict[int, _Step] = field(default_factory=dict)
     user_message: str | None = None
     reply: str | None = None
+    failure: dict[str, Any] | None = None
     history: list[tuple[str, str]] = field(default_factory=list)
-    documents: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 class Journal:
     """The journal of one turn. Open with :meth:`open`; drive it with :meth:`model`,
     :meth:`call`, :meth:`tool`, :meth:`now`, :meth:`uuid`, :meth:`random`; end with
-    :meth:`finish`. Not safe for concurrent use: steps are numbered in call order.
+    :meth:`finish` (or :meth:`fail`). Not safe for concurrent use: steps are numbered in call
+    order.
 
     Counters for observers: ``model_calls`` (model requests this instance sent),
     ``tool_runs`` (tool bodies it ran), ``replayed`` (steps it read back instead).
@@ -169,6 +360,8 @@ class Journal:
         crash: CrashPoint | None,
         blob_threshold: int,
         defer_safe: bool = True,
+        clock: Callable[[], float] = time.time,
+        lease_held: Callable[[], bool] | None = None,
     ) -> None:
         self._world = world
         self.session_id = session_id
@@ -182,7 +375,8 @@ class Journal:
         self._pending: list[NewEvent] = []
         self._pending_bytes = 0
         self._defer_safe = defer_safe
-        self._staged_docs: dict[str, Any] = {}
+        self._clock = clock
+        self._lease_held = lease_held
         self._broken: BaseException | None = None
         self.model_calls = 0
         self.tool_runs = 0
@@ -198,14 +392,21 @@ class Journal:
         crash: CrashPoint | None = None,
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
         defer_safe: bool = True,
+        clock: Callable[[], float] | None = None,
+        lease_held: Callable[[], bool] | None = None,
     ) -> Journal:
-        """Load the session log (one read) and return the journal of ``turn_id``.
+        """Load the session log (one read, plus the blobs it names) and return the journal of
+        ``turn_id``.
 
         Args:
             crash: die at this point (see :mod:`world_core.journal._crash`); None in production.
-            blob_threshold: results above this many bytes go to blobs.
+            blob_threshold: values above this many bytes go to blobs.
             defer_safe: let ``safe`` tool outcomes ride with the next append (the default);
                 False writes each at once, one append per ``safe`` step.
+            clock: UNIX time on the store's clock (a worker derives it from its lease); the
+                local clock by default. Deadlines are recorded and compared on it.
+            lease_held: tells tools whether the turn's lease is still held (a worker passes
+                it); always True by default.
 
         Raises:
             InvalidIdentifierError, InvalidArgumentError: bad ids (nothing is read).
@@ -215,14 +416,17 @@ class Journal:
         if blob_threshold < 0:
             raise InvalidArgumentError("blob_threshold must be >= 0")
         events = await world.log.read(log_id)
+        turn = await _load(events, turn_id, Blobs(world.stream))
         return cls(
             world,
             session_id,
             turn_id,
-            _load(events_data=[(e.seq, e.data) for e in events], turn_id=turn_id),
+            turn,
             crash=crash,
             blob_threshold=blob_threshold,
             defer_safe=defer_safe,
+            clock=clock if clock is not None else time.time,
+            lease_held=lease_held,
         )
 
     # -- what the turn is about ----------------------------------------------------------------
@@ -249,44 +453,97 @@ class Journal:
 
     @property
     def recorded_reply(self) -> str | None:
-        """The reply already recorded for this turn, if it finished before."""
+        """The reply recorded for this turn (by this run or an earlier one), or None."""
         return self._turn.reply
+
+    @property
+    def failure(self) -> dict[str, Any] | None:
+        """The failure recorded for this turn (``error_type``, ``error``, ``attempts``,
+        ``step``), or None."""
+        return None if self._turn.failure is None else dict(self._turn.failure)
+
+    @property
+    def finished(self) -> bool:
+        """True once the turn has a recorded reply or a recorded failure."""
+        return self._turn.reply is not None or self._turn.failure is not None
+
+    @property
+    def position(self) -> int:
+        """The number of the next step."""
+        return self._next
 
     @property
     def idempotency_prefix(self) -> str:
         return f"{self.session_id}/{self.turn_id}"
 
+    def idempotency_key(self, step: int) -> str:
+        """The default idempotency key of ``step`` (at most 255 bytes)."""
+        return idempotency_key(self.session_id, self.turn_id, step)
+
     # -- steps -----------------------------------------------------------------------------------
 
     async def model(self, client: ModelClient, request: ModelRequest) -> ModelReply:
-        """One model call as a step (no intent; one append when it runs)."""
+        """One model call as a step (no intent; one append when it runs).
+
+        Raises:
+            ModelReplyError: the server answered with something unusable; recorded, so a
+                replay raises it again without a second (paid) call.
+        """
         payload = request.model_dump(mode="json")
         preview = {
             "messages": len(payload["messages"]),
             "tools": [t.get("function", {}).get("name") for t in payload["tools"]],
             "last_message": payload["messages"][-1] if payload["messages"] else None,
         }
+        parts = _request_parts(payload)
 
         async def run(step: int) -> dict[str, Any]:
             self.model_calls += 1
-            reply = await client.complete(request)
+            try:
+                reply = await client.complete(request)
+            except ModelReplyError as exc:  # paid for: record it, never ask again
+                return {"error": _describe(exc), "raw": exc.raw[:_ERROR_CHARS]}
             return {"output": reply.model_dump(mode="json")}
 
-        result = await self._step("model", "model", digest_of(payload), preview, "safe", run)
+        result = await self._step(
+            "model", "model", digest_of(payload), preview, "safe", run, parts=(parts, payload)
+        )
+        if "error" in result:
+            raise ModelReplyError(
+                f"turn {self.turn_id!r} step {self._next - 1}: {result['error']} (recorded; "
+                "the request is not sent again)",
+                raw=str(result.get("raw", "")),
+            )
         return ModelReply.model_validate(result["output"])
 
     async def call(self, tool: Tool, arguments: dict[str, Any]) -> Any:
         """Run ``tool`` with ``arguments`` as a step; returns its JSON result.
 
-        An exception raised by the tool is recorded as the step's outcome (``{"error": ...}``
-        is returned), since the call happened; model clients' and the World's errors are not.
-
         Raises:
             InvalidArgumentError: arguments do not match the tool's schema (no step is taken).
+            ToolError: the tool raised or timed out; that is the recorded outcome.
+            PossiblyRanError: a ``never`` call was interrupted and may have happened.
         """
+        raw = to_jsonable_python(arguments)
         args = tool.parse(arguments)
-        result = await self._tool_step(tool, args)
-        return result["error"] if "error" in result else result["output"]
+        step = self._next
+        result = await self._tool_step(tool, raw, args)
+        if result.get("interrupted"):
+            raise PossiblyRanError(
+                f"{tool.name} (step {step}) may or may not have happened: {POSSIBLY_RAN}",
+                tool=tool.name,
+                step=step,
+                error=POSSIBLY_RAN,
+                idempotency_key=str(result.get("key", self.idempotency_key(step))),
+            )
+        if "error" in result:
+            raise ToolError(
+                f"{tool.name} (step {step}) failed: {result['error']}",
+                tool=tool.name,
+                step=step,
+                error=str(result["error"]),
+            )
+        return result["output"]
 
     async def tool(self, tool: Tool, call: ToolCall) -> str:
         """Run a tool call the model made; returns the text for the ``tool`` message.
@@ -301,29 +558,22 @@ class Journal:
             args = tool.parse(arguments)
         except (ValueError, InvalidArgumentError) as exc:
             return f"Error: {exc}"
-        result = await self._tool_step(tool, args)
+        result = await self._tool_step(tool, arguments, args)
         if "error" in result:
             return f"Error: {result['error']}"
         output = result["output"]
         return output if isinstance(output, str) else canonical_json(output).decode("utf-8")
 
-    async def _tool_step(self, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:
-        async def run(step: int) -> dict[str, Any]:
+    async def _tool_step(
+        self, tool: Tool, raw: dict[str, Any], args: dict[str, Any]
+    ) -> dict[str, Any]:
+        async def run(step: int, context: ToolContext) -> dict[str, Any]:
             self.tool_runs += 1
-            docs = DocumentEdits(self._turn.documents)
-            context = ToolContext(self.session_id, self.turn_id, step, docs)
-            try:
-                value = await tool.call(args, context)
-            except Exception as exc:  # the tool ran and failed: that is its outcome
-                return {"error": f"{type(exc).__name__}: {exc}"}
-            try:
-                result = {"output": to_jsonable_python(value)}
-            except Exception as exc:
-                return {"error": f"tool returned a value that is not JSON: {exc}"}
-            self._staged_docs = docs.staged  # committed with the outcome, by _step
-            return result
+            return await _run_tool(tool, args, context)
 
-        return await self._step("tool", tool.name, digest_of(args), args, tool.replay, run)
+        return await self._step(
+            "tool", tool.name, digest_of(raw), raw, tool.replay, None, tool_run=(tool, run)
+        )
 
     def now(self) -> float:
         """UNIX time, journaled: replay returns the recorded value."""
@@ -345,8 +595,11 @@ class Journal:
         Raises:
             NonDeterminismError: the journal holds steps this run did not reach, or another
                 reply.
+            InvalidArgumentError: ``reply`` is not a str.
         """
         self._check_usable()
+        if not isinstance(reply, str):
+            raise InvalidArgumentError(f"a reply is a str, got {type(reply).__name__}")
         beyond = sorted(n for n in self._turn.steps if n >= self._next)
         if beyond:
             raise self._mismatch(beyond[0], self._turn.steps[beyond[0]].identity, "end of turn")
@@ -360,10 +613,41 @@ class Journal:
                     attempted=reply,
                 )
             return reply
-        event = self._event("reply", {"reply": reply, "steps": self._next})
-        await self._append([event])
+        stored = await stored_value(self._blobs, reply, self._blob_threshold)
+        body = {"steps": self._next, **({"reply": reply} if "value" in stored else stored)}
+        await self._append([self._event("reply", body)])
         self._turn.reply = reply
         return reply
+
+    async def fail(self, error: BaseException | str, *, attempts: int = 1) -> bool:
+        """Record that the turn cannot finish: the error's class and message, the attempts it
+        had and the step it stopped at. Clients waiting on the turn are told.
+
+        Works on a Journal that stopped after a failed append. Writes nothing when the turn
+        already has a reply or a failure. Returns True if this call recorded it.
+        """
+        if self._turn.reply is not None or self._turn.failure is not None:
+            return False
+        if isinstance(error, BaseException):
+            error_type, message = type(error).__name__, str(error)
+        else:
+            error_type, message = "Error", error
+        record = {
+            "error_type": error_type,
+            "error": message[:_ERROR_CHARS],
+            "attempts": attempts,
+            "step": self._next if self._turn.steps or self._next else None,
+        }
+        try:
+            await self._write([self._event("failure", record)])
+        except DuplicateKeyError as exc:
+            existing = _decode(exc.existing.data) or {}
+            if existing.get("t") != "failure":
+                raise
+            self._turn.failure = {k: existing.get(k) for k in record}
+            return False
+        self._turn.failure = record
+        return True
 
     # -- machinery -------------------------------------------------------------------------------
 
@@ -390,24 +674,66 @@ class Journal:
         if not batch:
             return
         try:
-            await self._world.log.append(self._log_id, batch)
+            await self._write(batch)
         except BaseException as exc:
             self._broken = exc
             raise
         self._pending.clear()
         self._pending_bytes = 0
 
-    def _mismatch(self, step: int, recorded: object, attempted: object) -> NonDeterminismError:
+    async def _write(self, batch: list[NewEvent]) -> None:
+        """Append ``batch``, shielded from cancellation, retrying transient faults.
+
+        Every event here is keyed: when a retry finds a key taken by an identical event, the
+        earlier try landed (the batch is atomic), so it counts as done."""
+        delay = 0.1
+        with anyio.CancelScope(shield=True):
+            give_up = anyio.current_time() + WRITE_RETRY_SECONDS
+            tried = False
+            while True:
+                try:
+                    await self._world.log.append(self._log_id, batch)
+                    return
+                except DuplicateKeyError as exc:
+                    mine = {event.key: event.data for event in batch}
+                    if tried and mine.get(exc.key) == exc.existing.data:
+                        return
+                    raise
+                except BackendUnavailableError as exc:
+                    tried = True
+                    if anyio.current_time() + delay > give_up:
+                        raise
+                    log.warning(
+                        "turn %s/%s: journal write failed (%s); retrying in %.1f s",
+                        self.session_id,
+                        self.turn_id,
+                        exc,
+                        delay,
+                    )
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+
+    def _mismatch(
+        self, step: int, recorded: object, attempted: object, detail: list[str] | None = None
+    ) -> NonDeterminismError:
+        where = "".join(f"\n  {line}" for line in detail or [])
         return NonDeterminismError(
             f"turn {self.turn_id!r} step {step}: the journal holds {recorded!r} but the code "
-            f"now does {attempted!r}. The code or its inputs changed since the turn ran; "
-            "deploy the version that wrote it, or start a new turn.",
+            f"now does {attempted!r}.{where}\nThe code or its inputs changed since the turn "
+            "ran; deploy the version that wrote it, or start a new turn.",
             position=f"turn {self.turn_id} step {step}",
             recorded=recorded,
             attempted=attempted,
         )
 
-    def _claim_position(self, kind: str, name: str, digest: str, preview: object) -> int:
+    def _claim_position(
+        self,
+        kind: str,
+        name: str,
+        digest: str,
+        preview: object,
+        parts: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    ) -> int:
         """Take the next step number; check a recorded step there matches."""
         self._check_usable()
         n = self._next
@@ -416,7 +742,13 @@ class Journal:
         if step is not None:
             recorded = step.identity
             if (recorded["kind"], recorded["name"], recorded["digest"]) != (kind, name, digest):
-                raise self._mismatch(n, recorded, attempted)
+                detail: list[str] = []
+                source = step.outcome if step.outcome is not None else step.intent or {}
+                if parts is not None and kind == recorded["kind"] == "model":
+                    old_parts = source.get("parts")
+                    if isinstance(old_parts, dict):
+                        detail = _request_difference(old_parts, parts[0], parts[1])
+                raise self._mismatch(n, recorded, attempted, detail)
         elif self._turn.reply is not None:
             raise self._mismatch(n, "end of turn (reply recorded)", attempted)
         self._next += 1
@@ -440,11 +772,15 @@ class Journal:
         digest: str,
         preview: object,
         replay: Replay,
-        run: Callable[[int], Awaitable[dict[str, Any]]],
+        run: Callable[[int], Awaitable[dict[str, Any]]] | None,
+        *,
+        parts: tuple[dict[str, Any], dict[str, Any]] | None = None,
+        tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]]
+        | None = None,
     ) -> dict[str, Any]:
-        n = self._claim_position(kind, name, digest, preview)
+        n = self._claim_position(kind, name, digest, preview, parts)
         try:
-            return await self._take(n, kind, name, digest, preview, replay, run)
+            return await self._take(n, kind, name, digest, preview, replay, run, parts, tool_run)
         except BaseException:
             # The step raised (a model client's error, a cancelled tool, a blob write) and
             # recorded no outcome: code that calls again is at step n again. Going on at n + 1
@@ -454,6 +790,23 @@ class Journal:
             self._next = n
             raise
 
+    def _reused_key(self, n: int, name: str, digest: str) -> str:
+        """Step ``n``'s idempotency key: the key of the latest earlier call of the same tool
+        with the same arguments if that call was interrupted, else the step's own."""
+        for m in sorted(self._turn.steps, reverse=True):
+            if m >= n:
+                continue
+            step = self._turn.steps[m]
+            identity = step.identity
+            if (identity["kind"], identity["name"], identity["digest"]) != ("tool", name, digest):
+                continue
+            outcome = step.outcome or {}
+            if outcome.get("result", {}).get("interrupted"):
+                intent = step.intent or {}
+                return str(intent.get("key") or self.idempotency_key(m))
+            break
+        return self.idempotency_key(n)
+
     async def _take(
         self,
         n: int,
@@ -462,46 +815,105 @@ class Journal:
         digest: str,
         preview: object,
         replay: Replay,
-        run: Callable[[int], Awaitable[dict[str, Any]]],
+        run: Callable[[int], Awaitable[dict[str, Any]]] | None,
+        parts: tuple[dict[str, Any], dict[str, Any]] | None,
+        tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
     ) -> dict[str, Any]:
         identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
             return await self._result(step.outcome)
-        if step is not None and replay == "never":
-            result = {"output": POSSIBLY_RAN, "interrupted": True}
+        key = self.idempotency_key(n)
+        deadline = math.inf
+        if step is not None and step.intent is not None and replay == "never":
+            intent = step.intent
+            key = str(intent.get("key") or key)
+            recorded = intent.get("deadline")
+            if isinstance(recorded, int | float):
+                wait = float(recorded) + CLOCK_MARGIN - self._clock()
+                if wait > 0:
+                    raise CallInFlightError(
+                        f"turn {self.turn_id!r} step {n}: {name} may still be running in "
+                        f"another worker (its deadline is {wait:.1f} s away); resume the turn "
+                        "after that",
+                        step=n,
+                        retry_after=wait,
+                    )
+            result = {"output": POSSIBLY_RAN, "interrupted": True, "key": key}
             await self._append([self._event("outcome", {**identity, "result": result}, n)])
             self._record(n, outcome={"result": result})
             return result
+        tool = tool_run[0] if tool_run is not None else None
+        if tool is not None:
+            deadline = self._clock() + tool.timeout
         if step is None and replay == "never":
-            await self._append([self._event("intent", {**identity, "replay": replay}, n)])
-            self._record(n, intent=identity)
+            key = self._reused_key(n, name, digest)
+            intent_body = {
+                **identity,
+                "replay": replay,
+                "key": key,
+                "timeout": tool.timeout if tool is not None else None,
+                "deadline": deadline if math.isfinite(deadline) else None,
+            }
+            await self._append([self._event("intent", intent_body, n)])
+            self._record(n, intent=intent_body)
         crash = self._crash
         if crash is not None and crash.step == n and crash.when == "before_run":
             crash.hit()
-        self._staged_docs = {}
-        result = await run(n)
+        context: ToolContext | None = None
+        if tool_run is not None:
+            context = ToolContext(
+                self.session_id,
+                self.turn_id,
+                n,
+                idempotency_key=key,
+                deadline=deadline,
+                clock=self._clock,
+                lease_held=self._lease_held,
+                state=self._turn.state,
+            )
+            if replay == "never":
+                # Shielded: a lost lease or SIGTERM must not cut a call off half-way; its
+                # own deadline bounds it, and others wait for that deadline anyway.
+                with anyio.CancelScope(shield=True):
+                    result = await tool_run[1](n, context)
+            else:
+                result = await tool_run[1](n, context)
+            if result.get("timed_out") and replay == "never":
+                result = {
+                    "output": POSSIBLY_RAN,
+                    "interrupted": True,
+                    "timed_out": True,
+                    "key": key,
+                }
+        else:
+            assert run is not None
+            result = await run(n)
         if crash is not None and crash.step == n and crash.when == "after_run":
             crash.hit()
+        staged = context.staged if context is not None and "error" not in result else {}
+        if result.get("interrupted"):
+            staged = {}
         try:
             encoded = canonical_json(result)
         except ValueError as exc:  # NaN or infinity: the call happened, record that it failed
             if kind != "tool":
                 raise
-            result, self._staged_docs = {"error": f"result is not JSON: {exc}"}, {}
+            result, staged = {"error": f"result is not JSON: {exc}"}, {}
             encoded = canonical_json(result)
         body: dict[str, Any] = dict(identity)
+        if parts is not None:
+            body["parts"] = parts[0]
         if len(encoded) > self._blob_threshold:
             ref = await self._blobs.put(encoded)
             body["blob"] = ref.model_dump()
         else:
             body["result"] = result
         events = [self._event("outcome", body, n)]
-        staged, self._staged_docs = self._staged_docs, {}
-        for doc_name, value in staged.items():
-            key = f"turn/{self.turn_id}/step/{n}/doc/{doc_name}"
-            events.append(document_event(doc_name, value, key=key, turn=self.turn_id, step=n))
+        for state_name, value in staged.items():
+            stored = await stored_value(self._blobs, value, self._blob_threshold)
+            events.append(self._event(f"state/{state_name}", _state_event(state_name, stored), n))
         if kind == "tool" and replay == "safe" and self._defer_safe:
             # Rides with the next append: lost only to a crash before it, and then the tool
             # simply runs again, which its label allows. Every later outcome (a model call's)
@@ -512,7 +924,7 @@ class Journal:
                 await self._append([])
         else:
             await self._append(events)
-        self._turn.documents.update(staged)
+        self._turn.state.update(staged)
         self._record(n, outcome=body)
         # Return what replay will return: the JSON form, not the Python objects.
         decoded: dict[str, Any] = json.loads(encoded)
@@ -536,37 +948,89 @@ class Journal:
         return result
 
 
-def _load(*, events_data: list[tuple[int, bytes]], turn_id: str) -> _Turn:
-    turn = _Turn()
-    inputs: dict[str, tuple[int, str]] = {}
-    replies: dict[str, tuple[int, str]] = {}
-    for seq, data in events_data:
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:_ERROR_CHARS]
+
+
+async def _run_tool(tool: Tool, args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    """Run one tool call within its deadline; its return value, error or timeout as a result.
+
+    Anything the tool raises is its outcome, ``SystemExit`` and ``KeyboardInterrupt`` included
+    (argparse raises the first): a tool cannot take the worker down. Cancellation from outside
+    is not caught."""
+    value: Any = None
+    returned = False
+    with anyio.move_on_after(max(0.0, context.time_left())) as scope:
         try:
-            event = json.loads(data)
-        except ValueError:
-            continue  # not ours: the session log may carry other events
-        if not isinstance(event, dict):
+            value = await tool.call(args, context)
+            returned = True
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            return {"error": _describe(exc)}
+    if not returned and scope.cancelled_caught:
+        if not tool.is_async:
+            log.warning(
+                "tool %s (step %d of %s/%s) outlived its timeout of %.1f s and was abandoned "
+                "in its thread, still running",
+                tool.name,
+                context.step,
+                context.session_id,
+                context.turn_id,
+                tool.timeout,
+            )
+        return {
+            "error": f"TimeoutError: {tool.name} did not finish within its timeout of "
+            f"{tool.timeout:g} s",
+            "timed_out": True,
+        }
+    try:
+        return {"output": to_jsonable_python(value)}
+    except Exception as exc:
+        return {"error": f"tool returned a value that is not JSON: {exc}"}
+
+
+async def _load(events: list[Event], turn_id: str, blobs: Blobs) -> _Turn:
+    turn = _Turn()
+    inputs: dict[str, tuple[int, dict[str, Any]]] = {}
+    replies: dict[str, tuple[int, dict[str, Any]]] = {}
+    state: dict[str, dict[str, Any]] = {}
+    for event in events:
+        body = _decode(event.data)
+        if body is None:
             continue
-        what, turn_of = event.get("t"), str(event.get("turn"))
-        if what == "doc":
-            turn.documents[event["name"]] = event["value"]
+        what, turn_of = body.get("t"), str(body.get("turn"))
+        if what == "state":
+            state[str(body.get("name"))] = body
+        elif what == "doc":  # written before state events existed
+            state[f"doc/{body.get('name')}"] = body
         elif what == "input":
-            inputs[turn_of] = (seq, event["message"])
+            inputs[turn_of] = (event.seq, body)
         elif what == "reply":
-            replies[turn_of] = (seq, event["reply"])
+            replies[turn_of] = (event.seq, body)
         if turn_of != turn_id:
             continue
         if what == "intent":
-            turn.steps.setdefault(event["step"], _Step()).intent = event
+            turn.steps.setdefault(int(body["step"]), _Step()).intent = body
         elif what == "outcome":
-            turn.steps.setdefault(event["step"], _Step()).outcome = event
+            turn.steps.setdefault(int(body["step"]), _Step()).outcome = body
+        elif what == "failure":
+            turn.failure = {k: body.get(k) for k in ("error_type", "error", "attempts", "step")}
+    for name, body in state.items():
+        turn.state[name] = await load_value(blobs, body)
     if turn_id in inputs:
-        start, turn.user_message = inputs[turn_id]
+        start, body = inputs[turn_id]
+        turn.user_message = await _text(blobs, body, "message")
         turn.history = [
-            (message, replies[other][1])
+            (await _text(blobs, message, "message"), await _text(blobs, replies[other][1], "reply"))
             for other, (seq, message) in sorted(inputs.items(), key=lambda item: item[1][0])
             if other != turn_id and other in replies and replies[other][0] < start
         ]
     if turn_id in replies:
-        turn.reply = replies[turn_id][1]
+        turn.reply = await _text(blobs, replies[turn_id][1], "reply")
     return turn
+
+
+async def _text(blobs: Blobs, body: dict[str, Any], name: str) -> str:
+    """An input's message or a reply: inline under ``name``, or in the blob the body names."""
+    if name in body:
+        return str(body[name])
+    return str(cast(Any, await load_value(blobs, body)))

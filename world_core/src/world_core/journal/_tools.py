@@ -11,41 +11,213 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import inspect
+import math
+import time
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 import anyio.to_thread
 import pydantic
+from pydantic_core import to_jsonable_python
 
-from world_core.errors import InvalidArgumentError
-from world_core.workspace._documents import DocumentEdits
+from world_core.errors import InvalidArgumentError, LeaseLostError
 
-__all__ = ["Replay", "Tool", "ToolContext", "ToolRegistry", "tool"]
+__all__ = [
+    "DEFAULT_TOOL_TIMEOUT",
+    "MAX_IDEMPOTENCY_KEY_BYTES",
+    "Replay",
+    "Tool",
+    "ToolContext",
+    "ToolRegistry",
+    "check_state_name",
+    "idempotency_key",
+    "tool",
+]
 
 Replay = Literal["safe", "never"]
 _REPLAYS: tuple[str, ...] = get_args(Replay)
 
 
-@dataclass(frozen=True)
+DEFAULT_TOOL_TIMEOUT = 60.0
+"""Seconds a tool call may take unless its tool says otherwise (``tool(..., timeout=...)``)."""
+
+MAX_IDEMPOTENCY_KEY_BYTES = 255
+"""Idempotency keys never exceed this many UTF-8 bytes (Stripe's limit, the strictest known)."""
+
+MAX_STATE_NAME_BYTES = 200
+"""The longest name :meth:`ToolContext.stage` accepts (UTF-8 bytes)."""
+
+_KEY_PREFIX_BYTES = 96
+
+
+def idempotency_key(session_id: str, turn_id: str, step: int) -> str:
+    """``<session>/<turn>/step-<n>``, or, when that would exceed 255 UTF-8 bytes, the start of
+    the session id, ``~``, 32 hex digits of the sha-256 of ``<session>/<turn>`` and
+    ``/step-<n>``: the same ids always give the same key, and distinct ids distinct keys (up
+    to a digest collision)."""
+    full = f"{session_id}/{turn_id}/step-{step}"
+    if len(full.encode("utf-8")) <= MAX_IDEMPOTENCY_KEY_BYTES:
+        return full
+    digest = hashlib.sha256(f"{session_id}/{turn_id}".encode()).hexdigest()[:32]
+    start = session_id.encode("utf-8")[:_KEY_PREFIX_BYTES].decode("utf-8", "ignore")
+    return f"{start}~{digest}/step-{step}"
+
+
+def check_state_name(name: object) -> str:
+    """A staged-state name: a non-empty str without NUL, at most 200 UTF-8 bytes.
+
+    Raises:
+        InvalidArgumentError: anything else.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise InvalidArgumentError(f"state name must be a non-empty str without NUL, got {name!r}")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"state name {name!r} is not valid UTF-8") from None
+    if size > MAX_STATE_NAME_BYTES:
+        raise InvalidArgumentError(
+            f"state name is {size} UTF-8 bytes; the limit is {MAX_STATE_NAME_BYTES}"
+        )
+    return name
+
+
+_EXTENSIONS: dict[str, Callable[[ToolContext], object]] = {}
+
+
 class ToolContext:
     """Given to a tool that declares a parameter of this type (any name; not in the schema).
 
-    ``idempotency_key`` is ``<session>/<turn>/step-<n>``: the same on every retry and replay of
-    this call, so an API that honours idempotency keys can drop a repeated request. ``docs``
-    reads and edits the session's documents; edits commit with this call's outcome.
+    Attributes:
+        session_id, turn_id, step: which call this is.
+        idempotency_key: ``<session>/<turn>/step-<n>`` (at most 255 bytes, see
+            :func:`idempotency_key`): the same on every retry and replay of this call, and
+            reused when the model retries an interrupted ``never`` call with the same
+            arguments in the same turn, so an API that honours idempotency keys sees one
+            request. Send it with every request that has an effect.
+        deadline: UNIX time (on the store's clock, as the worker estimates it) by which this
+            call must have finished: its start plus the tool's ``timeout``. After it, the call
+            is cancelled (an async tool) or abandoned and reported (a sync one), and another
+            worker may answer for it.
+
+    Checks for a tool about to start an irreversible effect: :meth:`time_left`,
+    :attr:`lease_held` and :meth:`check`.
+
+    State: :meth:`state` reads a named value of the session as of this call, :meth:`stage`
+    stages a new value that is committed in the same atomic append as this call's outcome, and
+    only if the call returns (an interrupted or failing call changes nothing). Higher layers
+    build on these two (``context.docs`` is the documents layer's view over them, added with
+    :meth:`extend`).
     """
 
-    session_id: str
-    turn_id: str
-    step: int
-    docs: DocumentEdits = field(default_factory=DocumentEdits)
+    def __init__(
+        self,
+        session_id: str,
+        turn_id: str,
+        step: int,
+        *,
+        idempotency_key: str | None = None,
+        deadline: float = math.inf,
+        clock: Callable[[], float] = time.time,
+        lease_held: Callable[[], bool] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.turn_id = turn_id
+        self.step = step
+        self.idempotency_key = (
+            idempotency_key
+            if idempotency_key is not None
+            else _default_key(session_id, turn_id, step)
+        )
+        self.deadline = deadline
+        self._clock = clock
+        self._lease_held = lease_held
+        self._state: Mapping[str, Any] = state if state is not None else {}
+        self.staged: dict[str, Any] = {}
+        self._extensions: dict[str, object] = {}
+
+    def time_left(self) -> float:
+        """Seconds until :attr:`deadline` (negative once it passed)."""
+        return self.deadline - self._clock()
 
     @property
-    def idempotency_key(self) -> str:
-        return f"{self.session_id}/{self.turn_id}/step-{self.step}"
+    def lease_held(self) -> bool:
+        """True while the worker still holds this turn's lease (always True outside a worker).
+        False means another worker may take the turn over: do not start an effect now."""
+        return True if self._lease_held is None else self._lease_held()
+
+    def check(self, needs: float = 0.0) -> None:
+        """Refuse to go on unless the lease is held and ``needs`` seconds are left.
+
+        Call it right before an irreversible effect (a payment, an email): a call that would
+        start it late, after a pause, fails instead, and its failure is the call's outcome.
+
+        Raises:
+            LeaseLostError: the lease is no longer held.
+            TimeoutError: fewer than ``needs`` seconds are left before :attr:`deadline`.
+        """
+        if not self.lease_held:
+            raise LeaseLostError(
+                f"step {self.step}: this worker no longer holds the turn's lease; the effect "
+                "was not started"
+            )
+        left = self.time_left()
+        if left < needs:
+            raise TimeoutError(
+                f"step {self.step}: {left:.1f} s left before the call's deadline, {needs:.1f} s "
+                "needed; the effect was not started"
+            )
+
+    def state(self, name: str) -> Any:
+        """The session's value named ``name`` as of this call (this call's own staged value
+        first), or None if it was never set."""
+        check_state_name(name)
+        return self.staged[name] if name in self.staged else self._state.get(name)
+
+    def stage(self, name: str, value: Any) -> None:
+        """Stage a JSON value under ``name``; committed with this call's outcome.
+
+        Raises:
+            InvalidArgumentError: a bad name, or a value that is not JSON.
+        """
+        check_state_name(name)
+        try:
+            jsonable = to_jsonable_python(value)
+        except Exception as exc:
+            raise InvalidArgumentError(f"state {name!r}: value is not JSON: {exc}") from None
+        self.staged[name] = jsonable
+
+    @staticmethod
+    def extend(name: str, factory: Callable[[ToolContext], object]) -> None:
+        """Add attribute ``name`` to every context, made by ``factory(context)`` on first use.
+
+        For the layers above the journal (the documents add ``docs``): they build on
+        :meth:`state` and :meth:`stage` without the journal knowing them.
+        """
+        _EXTENSIONS[name] = factory
+
+    def __getattr__(self, name: str) -> Any:
+        factory = _EXTENSIONS.get(name)
+        if factory is None or name.startswith("_"):
+            raise AttributeError(f"ToolContext has no attribute {name!r}")
+        made = self._extensions.get(name)
+        if made is None:
+            made = self._extensions[name] = factory(self)
+        return made
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolContext(session_id={self.session_id!r}, turn_id={self.turn_id!r}, "
+            f"step={self.step}, idempotency_key={self.idempotency_key!r})"
+        )
+
+
+_default_key = idempotency_key
 
 
 @dataclass(frozen=True)
@@ -58,6 +230,7 @@ class Tool:
     fn: Callable[..., Any]
     arguments: type[pydantic.BaseModel]
     context_parameter: str | None
+    timeout: float = DEFAULT_TOOL_TIMEOUT
 
     def schema(self) -> dict[str, Any]:
         """The chat-completions ``tools`` entry: name, description, JSON schema of arguments."""
@@ -91,14 +264,19 @@ class Tool:
         return model.model_dump(mode="json")
 
     async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        """Run the tool with validated arguments (sync functions run in a worker thread)."""
+        """Run the tool with validated arguments (sync functions run in a worker thread, which
+        is abandoned, still running, if the call is cancelled: a thread cannot be stopped)."""
         model = self.arguments.model_validate(arguments)
         kwargs = {name: getattr(model, name) for name in type(model).model_fields}
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = context
         if inspect.iscoroutinefunction(self.fn):
             return await cast(Callable[..., Awaitable[Any]], self.fn)(**kwargs)
-        return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs))
+        return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
 
 
 def _check_replay(replay: object, name: str) -> Replay:
@@ -117,8 +295,25 @@ def _description(fn: Callable[..., Any]) -> str:
     return doc.split("\n\n", 1)[0].replace("\n", " ").strip()
 
 
+def _check_timeout(timeout: object, name: str) -> float:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise InvalidArgumentError(
+            f"tool {name!r}: timeout must be a finite number of seconds > 0, got {timeout!r}"
+        )
+    return float(timeout)
+
+
 def _build(
-    fn: Callable[..., Any], replay: object, name: str | None, description: str | None
+    fn: Callable[..., Any],
+    replay: object,
+    name: str | None,
+    description: str | None,
+    timeout: object = DEFAULT_TOOL_TIMEOUT,
 ) -> Tool:
     tool_name = name or getattr(fn, "__name__", "")
     if not tool_name or not tool_name.replace("_", "a").replace("-", "a").isalnum():
@@ -126,6 +321,7 @@ def _build(
             f"tool name {tool_name!r} must be letters, digits, '_' or '-' (chat-completions rule)"
         )
     label = _check_replay(replay, tool_name)
+    seconds = _check_timeout(timeout, tool_name)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except NameError as exc:
@@ -163,6 +359,7 @@ def _build(
         fn=fn,
         arguments=cast(type[pydantic.BaseModel], arguments),
         context_parameter=context_parameter,
+        timeout=seconds,
     )
 
 
@@ -173,12 +370,18 @@ def tool(
     replay: Replay,
     name: str | None = None,
     description: str | None = None,
+    timeout: float = DEFAULT_TOOL_TIMEOUT,
 ) -> Tool: ...
 
 
 @typing.overload
 def tool(
-    fn: None = None, *, replay: Replay, name: str | None = None, description: str | None = None
+    fn: None = None,
+    *,
+    replay: Replay,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = DEFAULT_TOOL_TIMEOUT,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -188,6 +391,7 @@ def tool(
     replay: Replay,
     name: str | None = None,
     description: str | None = None,
+    timeout: float = DEFAULT_TOOL_TIMEOUT,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Define a tool from a typed function (sync or async), as ``tool(f, replay=...)`` or
     ``@tool(replay=...)``.
@@ -196,13 +400,20 @@ def tool(
     with ``Field(description=...)`` work); the description from the docstring's first
     paragraph. A parameter annotated :class:`ToolContext` receives the call's context.
 
+    ``timeout`` (seconds, default :data:`DEFAULT_TOOL_TIMEOUT`) bounds every call: past it an
+    async tool is cancelled and a sync one abandoned in its thread (and logged); the call's
+    outcome is then a timeout (for a ``never`` tool: it may or may not have happened). The
+    deadline is recorded with a ``never`` call's intent, and a worker taking the turn over
+    waits for it before answering for the call, so set it above the longest the call can
+    really take.
+
     Raises:
-        InvalidArgumentError: ``replay`` is not ``"safe"`` or ``"never"``, a parameter has no
-            type hint, or the name is not a valid tool name.
+        InvalidArgumentError: ``replay`` is not ``"safe"`` or ``"never"``, ``timeout`` is not
+            a number > 0, a parameter has no type hint, or the name is not a valid tool name.
     """
     if fn is None:
-        return lambda f: _build(f, replay, name, description)
-    return _build(fn, replay, name, description)
+        return lambda f: _build(f, replay, name, description, timeout)
+    return _build(fn, replay, name, description, timeout)
 
 
 class ToolRegistry:
@@ -230,12 +441,17 @@ class ToolRegistry:
         return item
 
     def register(
-        self, *, replay: Replay, name: str | None = None, description: str | None = None
+        self,
+        *,
+        replay: Replay,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
     ) -> Callable[[Callable[..., Any]], Tool]:
         """Decorator: define a tool (see :func:`tool`) and add it here."""
 
         def decorate(fn: Callable[..., Any]) -> Tool:
-            return self.add(_build(fn, replay, name, description))
+            return self.add(_build(fn, replay, name, description, timeout))
 
         return decorate
 

@@ -3,12 +3,32 @@
 A message is ``{"session_id", "turn_id"}``. The worker holds it under a lease that a background
 task renews every ``lease / 3`` seconds while the turn runs; if a renewal finds the lease lost
 (another worker claimed the turn after it ran out), the turn is cancelled at once; so it is
-when renewals keep failing and the lease would run out before the next one. The message
-is acked only after the reply is in the log. Killed anywhere, the worker simply stops renewing;
-the lease runs out and any other worker claims the turn and continues it from the journal.
+when renewals keep failing and the lease would run out before the next one. A ``never`` tool
+call in progress is not cut off (the journal shields it until its own deadline, and its
+outcome is still written). Killed anywhere, the worker simply stops renewing; the lease runs
+out and any other worker claims the turn and continues it from the journal.
 
-On SIGTERM or SIGINT, :meth:`Worker.run` stops claiming, gives the running turn ``grace``
-seconds to finish, then cancels it and releases its message so another worker takes it now.
+Every turn ends in one of two durable records, and the message is acked only once one is in
+the log: the reply, or a failure (``turn/<t>/failure``: error class, message, attempts, the
+step it stopped at) that :meth:`Client.wait <world_core.Client.wait>` raises as
+:class:`~world_core.errors.TurnFailedError`. Errors are classified where they are caught:
+
+* deterministic (the same input fails the same way: :class:`NonDeterminismError`, invalid
+  arguments, a configuration error, an unusable paid model reply, a tool error the agent did
+  not handle, no input for the turn, an agent that returned without ``finish``, the turn
+  outliving ``turn_timeout``): the failure is recorded at once;
+* transient (:class:`BackendUnavailableError`, ``OSError``, ``TimeoutError``) and anything
+  else: the message is released with exponential backoff (``retry_delay``, doubling, at most
+  60 s) and the failure is recorded on the last attempt (``max_attempts``, or the queue's own
+  limit if lower);
+* a ``never`` call of another worker that may still be running
+  (:class:`CallInFlightError`): the turn is re-queued to resume once that call's deadline has
+  passed, holding no worker meanwhile.
+
+On SIGTERM or SIGINT, :meth:`Worker.run` stops claiming at once (a claim waiting for work is
+cancelled; a message claimed as the signal came is released), gives the running turn
+``grace`` seconds to finish, then cancels it and releases its message so another worker takes
+it now.
 """
 
 from __future__ import annotations
@@ -18,6 +38,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,10 +48,16 @@ import anyio.abc
 
 from world_core.errors import (
     BackendUnavailableError,
+    CallInFlightError,
+    ConfigurationError,
     DuplicateKeyError,
     InvalidArgumentError,
     LeaseLostError,
+    ModelReplyError,
     NonDeterminismError,
+    NotFoundError,
+    ToolError,
+    WorldError,
 )
 from world_core.journal._agent import Agent
 from world_core.journal._client import DEFAULT_QUEUE
@@ -38,22 +65,52 @@ from world_core.journal._crash import CrashPoint, crash_point_from_env
 from world_core.journal._journal import Journal, check_turn_id, session_log_id
 from world_core.spi import Lease, World, validate_duration, validate_id
 
-__all__ = ["TurnResult", "Worker"]
+__all__ = ["DETERMINISTIC_ERRORS", "TRANSIENT_ERRORS", "TurnResult", "Worker"]
 
 log = logging.getLogger("world.worker")
 
-Status = Literal["done", "lease_lost", "superseded", "failed", "shutdown", "invalid"]
+Status = Literal[
+    "done", "failed", "retry", "waiting", "lease_lost", "superseded", "shutdown", "invalid"
+]
+
+DETERMINISTIC_ERRORS: tuple[type[BaseException], ...] = (
+    NonDeterminismError,
+    InvalidArgumentError,
+    ConfigurationError,
+    ModelReplyError,
+    ToolError,
+    NotFoundError,
+)
+"""Errors that fail a turn at once: running it again would fail the same way."""
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    BackendUnavailableError,
+    OSError,
+    TimeoutError,
+)
+"""Errors retried with backoff (anything unclassified is retried the same way)."""
+
+
+class TurnIncompleteError(WorldError):
+    """The agent returned without recording a reply (``journal.finish`` was never called)."""
+
+
+class TurnTimeoutError(WorldError):
+    """The turn ran longer than the worker's ``turn_timeout``."""
 
 
 @dataclass(frozen=True)
 class TurnResult:
     """What happened to one claimed turn.
 
-    ``status``: ``done`` (reply saved, message acked), ``lease_lost`` (another worker took the
-    turn; this one stopped), ``superseded`` (another worker's write for a step came first: the
-    key refused ours; this one stopped without running a ``never`` tool), ``failed`` (an error;
-    the message was released for a later retry), ``shutdown`` (stopped by a signal; released),
-    ``invalid`` (the message was not a turn; acked and dropped).
+    ``status``: ``done`` (reply saved, message acked), ``failed`` (a failure record saved,
+    message acked: the turn is over, the client is told), ``retry`` (a transient error; the
+    message was released for a later attempt), ``waiting`` (a ``never`` call of another worker
+    may still be running; re-queued until its deadline), ``lease_lost`` (another worker took
+    the turn; this one stopped), ``superseded`` (another worker's write for a step came first:
+    the key refused ours; this one stopped without running a ``never`` tool), ``shutdown``
+    (stopped by a signal; released), ``invalid`` (the message was not a turn; acked and
+    dropped).
     """
 
     session_id: str
@@ -64,6 +121,20 @@ class TurnResult:
     tool_runs: int = 0
     replayed: int = 0
     error: str | None = None
+
+
+class _LeaseClock:
+    """The store's clock as this worker sees it: the claim's deadline minus the lease is the
+    store's time at the claim; the local monotonic clock measures from there. Read from
+    before the claim was sent, so it runs ahead of the store by at most the claim's round
+    trip (the journal's CLOCK_MARGIN covers that)."""
+
+    def __init__(self, lease: Lease, duration: float, sent: float) -> None:
+        self._base = lease.deadline - duration
+        self._sent = sent
+
+    def __call__(self) -> float:
+        return self._base + (time.monotonic() - self._sent)
 
 
 class Worker:
@@ -77,8 +148,13 @@ class Worker:
             only to study what an expired lease does (the two-workers test).
         crash: a :class:`CrashPoint`, None, or ``"env"`` to read ``CRASH_AT``.
         grace: seconds a running turn gets after SIGTERM before it is cancelled and released.
-        retry_delay: first delay before a failed turn is offered again (doubles per attempt,
-            at most 60 s).
+        retry_delay: first delay before a turn that failed transiently is offered again
+            (doubles per attempt, at most 60 s).
+        max_attempts: deliveries a turn gets for transient or unclassified errors before its
+            failure is recorded (the queue's own ``max_attempts`` if that is lower).
+        turn_timeout: seconds one attempt of a turn may run; past it the turn is cancelled and
+            its failure recorded (a ``never`` call in flight still ends first, within its
+            own timeout).
     """
 
     def __init__(
@@ -93,9 +169,15 @@ class Worker:
         crash: CrashPoint | Literal["env"] | None = "env",
         grace: float = 30.0,
         retry_delay: float = 1.0,
+        max_attempts: int = 5,
+        turn_timeout: float = 3600.0,
     ) -> None:
         if validate_duration(lease, "lease") <= 0:
             raise InvalidArgumentError("lease must be > 0 seconds")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidArgumentError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if validate_duration(turn_timeout, "turn_timeout") <= 0:
+            raise InvalidArgumentError("turn_timeout must be > 0 seconds")
         self.world = world
         self._agent = agent
         self.queue = validate_id(queue, "queue")
@@ -105,16 +187,19 @@ class Worker:
         self.crash = crash_point_from_env() if crash == "env" else crash
         self.grace = validate_duration(grace, "grace")
         self.retry_delay = validate_duration(retry_delay, "retry_delay")
+        self.max_attempts = max_attempts
+        self.turn_timeout = float(turn_timeout)
 
     def _make_agent(self) -> Agent:
         return self._agent if isinstance(self._agent, Agent) else self._agent()
 
     async def run_once(self, *, wait: float = 0.0) -> TurnResult | None:
         """Claim one turn (waiting up to ``wait`` seconds) and run it; None if none came."""
+        sent = time.monotonic()
         leases = await self.world.queue.claim(self.queue, self.name, lease=self.lease, wait=wait)
         if not leases:
             return None
-        return await self.process(leases[0])
+        return await self.process(leases[0], claimed_at=sent)
 
     async def run(
         self,
@@ -134,21 +219,41 @@ class Worker:
             if on_ready is not None:
                 on_ready()
             while not stop.is_set():
+                sent = time.monotonic()
+                leases: list[Lease] = []
                 try:
-                    leases = await self.world.queue.claim(
-                        self.queue, self.name, lease=self.lease, wait=1.0
-                    )
+                    async with anyio.create_task_group() as claiming:
+
+                        async def cancel_on_stop(scope: anyio.CancelScope) -> None:
+                            await stop.wait()
+                            scope.cancel()
+
+                        claiming.start_soon(cancel_on_stop, claiming.cancel_scope)
+                        leases = await self.world.queue.claim(
+                            self.queue, self.name, lease=self.lease, wait=1.0
+                        )
+                        claiming.cancel_scope.cancel()
                 except BackendUnavailableError as exc:
                     log.warning("claiming from %r failed: %s; retrying in 1 s", self.queue, exc)
-                    await anyio.sleep(1.0)
+                    with anyio.move_on_after(1.0):
+                        await stop.wait()
                     continue
                 for lease in leases:
-                    result = await self.process(lease, stop=stop)
+                    if stop.is_set():  # claimed as the signal came: hand it back now
+                        await self._settle(lease, ack=False)
+                        continue
+                    result = await self.process(lease, stop=stop, claimed_at=sent)
                     log.info("turn %s/%s: %s", result.session_id, result.turn_id, result.status)
             tg.cancel_scope.cancel()
 
-    async def process(self, lease: Lease, *, stop: anyio.Event | None = None) -> TurnResult:
-        """Run the turn ``lease`` holds, renewing it meanwhile; ack, release or drop it."""
+    async def process(
+        self, lease: Lease, *, stop: anyio.Event | None = None, claimed_at: float | None = None
+    ) -> TurnResult:
+        """Run the turn ``lease`` holds, renewing it meanwhile; ack, release or drop it.
+
+        ``claimed_at``: ``time.monotonic()`` taken just before the claim was sent (now, if
+        not given), from which the store's clock is estimated.
+        """
         try:
             body = json.loads(lease.payload)
             session_id, turn_id = str(body["session_id"]), str(body["turn_id"])
@@ -159,22 +264,29 @@ class Worker:
             await self._settle(lease, ack=True)
             return TurnResult("?", "?", "invalid", error="not a turn message")
 
-        started = anyio.current_time()  # just after the claim (the margin below covers it)
+        started = time.monotonic()  # just after the claim (the margin below covers it)
+        clock = _LeaseClock(
+            lease, self.lease, claimed_at if claimed_at is not None else time.monotonic()
+        )
         current = lease
         lost = False
         shutdown = False
+        timed_out = False
+        held_until = started + self.lease  # local clock, no later than the store's
         journal: Journal | None = None
         reply: str | None = None
         error: BaseException | None = None
 
+        def lease_held() -> bool:  # called from tools' threads too: no event loop calls
+            return not lost and time.monotonic() < held_until
+
         async with anyio.create_task_group() as tg:
 
             async def renew() -> None:
-                nonlocal current, lost
-                held_until = started + self.lease  # local clock, no later than the store's
+                nonlocal current, lost, held_until
                 while True:
                     await anyio.sleep(self.lease / 3)
-                    asked = anyio.current_time()
+                    asked = time.monotonic()
                     try:
                         current = await self.world.queue.renew(current, self.lease)
                         held_until = asked + self.lease
@@ -184,7 +296,7 @@ class Worker:
                         return
                     except Exception as exc:  # transient: the next renewal may still make it
                         log.warning("renewing %s failed: %s", lease.message_id, exc)
-                        if anyio.current_time() + self.lease / 3 >= held_until:
+                        if time.monotonic() + self.lease / 3 >= held_until:
                             # The lease runs out before the next try: another worker may
                             # take the turn then, and both would pay for its model calls.
                             log.warning("giving up %s: its lease runs out", lease.message_id)
@@ -203,11 +315,31 @@ class Worker:
                 tg.start_soon(renew)
             if stop is not None:
                 tg.start_soon(on_stop, stop)
-            try:
-                journal = await Journal.open(self.world, session_id, turn_id, crash=self.crash)
-                reply = await self._make_agent().run_turn(journal)
-            except Exception as exc:
-                error = exc
+            with anyio.move_on_after(self.turn_timeout) as turn_scope:
+                try:
+                    journal = await Journal.open(
+                        self.world,
+                        session_id,
+                        turn_id,
+                        crash=self.crash,
+                        clock=clock,
+                        lease_held=lease_held,
+                    )
+                    if not journal.finished or journal.recorded_reply is not None:
+                        reply = await self._make_agent().run_turn(journal)
+                        if journal.recorded_reply is None:
+                            raise TurnIncompleteError(
+                                f"the agent's run_turn returned {reply!r:.80} without recording "
+                                "a reply: end every turn with journal.finish(reply)"
+                            )
+                except Exception as exc:
+                    error = exc
+            if turn_scope.cancelled_caught and not lost and not shutdown:
+                timed_out = True
+                error = TurnTimeoutError(
+                    f"the turn ran longer than turn_timeout={self.turn_timeout:g} s; raise it "
+                    "or make the turn shorter"
+                )
             tg.cancel_scope.cancel()
 
         counts: dict[str, Any] = {
@@ -220,22 +352,65 @@ class Worker:
         if shutdown:
             await self._settle(current, ack=False)
             return TurnResult(session_id, turn_id, "shutdown", **counts)
+        if error is None and journal is not None and journal.failure is not None:
+            # Failed before (recorded by an earlier attempt): nothing more to do.
+            await self._settle(current, ack=True)
+            failure = journal.failure
+            text = f"{failure.get('error_type')}: {failure.get('error')}"
+            return TurnResult(session_id, turn_id, "failed", error=text, **counts)
+        if isinstance(error, CallInFlightError):
+            log.info("turn %s/%s: %s", session_id, turn_id, error)
+            await self._settle(current, ack=False, delay=error.retry_after)
+            return TurnResult(session_id, turn_id, "waiting", error=_describe(error), **counts)
         if isinstance(error, DuplicateKeyError):
             # Another worker wrote this step first: it owns the turn now. Give it time.
             log.warning("turn %s/%s: %s; stopping", session_id, turn_id, error)
             await self._settle(current, ack=False, delay=self.lease)
             return TurnResult(session_id, turn_id, "superseded", error=_describe(error), **counts)
         if error is not None:
-            if isinstance(error, NonDeterminismError):
-                log.error("turn %s/%s cannot replay: %s", session_id, turn_id, error)
-            else:
-                log.warning("turn %s/%s failed: %r", session_id, turn_id, error)
+            last = lease.attempt >= min(self.max_attempts, lease.max_attempts)
+            final = timed_out or isinstance(error, DETERMINISTIC_ERRORS) or last
+            if isinstance(error, TurnIncompleteError):
+                final = True
+            if final:
+                recorded = await self._record_failure(
+                    session_id, turn_id, journal, error, lease.attempt
+                )
+                if recorded:
+                    log.error("turn %s/%s failed: %s", session_id, turn_id, _describe(error))
+                    await self._settle(current, ack=True)
+                    return TurnResult(
+                        session_id, turn_id, "failed", error=_describe(error), **counts
+                    )
+            log.warning("turn %s/%s: %r; retrying later", session_id, turn_id, error)
             delay = min(60.0, self.retry_delay * 2 ** max(0, lease.attempt - 1))
             await self._settle(current, ack=False, delay=delay)
-            return TurnResult(session_id, turn_id, "failed", error=_describe(error), **counts)
+            return TurnResult(session_id, turn_id, "retry", error=_describe(error), **counts)
         acked = await self._settle(current, ack=True)
         status: Status = "done" if acked else "lease_lost"
         return TurnResult(session_id, turn_id, status, reply=reply, **counts)
+
+    async def _record_failure(
+        self,
+        session_id: str,
+        turn_id: str,
+        journal: Journal | None,
+        error: BaseException,
+        attempts: int,
+    ) -> bool:
+        """Write the turn's failure record; False if the World would not take it now (then
+        the message is released and the next attempt tries again)."""
+        with anyio.CancelScope(shield=True):
+            try:
+                if journal is None:
+                    journal = await Journal.open(self.world, session_id, turn_id)
+                await journal.fail(error, attempts=attempts)
+            except (BackendUnavailableError, DuplicateKeyError) as exc:
+                log.warning(
+                    "turn %s/%s: recording its failure failed: %s", session_id, turn_id, exc
+                )
+                return False
+        return True
 
     async def _settle(self, lease: Lease, *, ack: bool, delay: float = 0.0) -> bool:
         """Ack or release, shielded from cancellation; False if the lease was lost.
