@@ -90,7 +90,15 @@ async def _worker(args: argparse.Namespace) -> int:
 
     factory = _load_agent_factory(args.agent)
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
-        worker = Worker(world, factory, queue=args.queue, lease=args.lease, grace=args.grace)
+        worker = Worker(
+            world,
+            factory,
+            queue=args.queue,
+            lease=args.lease,
+            grace=args.grace,
+            max_attempts=args.max_attempts,
+            turn_timeout=args.turn_timeout,
+        )
         if not args.once:
 
             def ready() -> None:
@@ -144,6 +152,18 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--queue", default="turns", help="queue to claim turns from")
     worker.add_argument("--lease", type=float, default=30.0, help="lease seconds")
     worker.add_argument("--grace", type=float, default=30.0, help="seconds to finish on SIGTERM")
+    worker.add_argument(
+        "--max-attempts",
+        type=int,
+        default=5,
+        help="deliveries a turn gets for transient errors before its failure is recorded",
+    )
+    worker.add_argument(
+        "--turn-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds one attempt of a turn may run before its failure is recorded",
+    )
     worker.add_argument("--once", action="store_true", help="run one turn, then exit")
     worker.add_argument("--wait", type=float, default=30.0, help="with --once: seconds to wait")
     worker.add_argument("--json", action="store_true", help="with --once: print the result")
