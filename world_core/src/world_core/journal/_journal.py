@@ -87,7 +87,7 @@ import time
 import uuid as _uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 from pydantic_core import to_jsonable_python
@@ -135,6 +135,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("world.journal")
+
+T = TypeVar("T")
 
 DEFAULT_BLOB_THRESHOLD = 64 * 1024
 """Values larger than this (canonical JSON bytes) are stored as blobs."""
@@ -613,7 +615,9 @@ class Journal:
                     attempted=reply,
                 )
             return reply
-        stored = await stored_value(self._blobs, reply, self._blob_threshold)
+        stored = await self._retrying(
+            lambda: stored_value(self._blobs, reply, self._blob_threshold)
+        )
         body = {"steps": self._next, **({"reply": reply} if "value" in stored else stored)}
         await self._append([self._event("reply", body)])
         self._turn.reply = reply
@@ -686,21 +690,33 @@ class Journal:
 
         Every event here is keyed: when a retry finds a key taken by an identical event, the
         earlier try landed (the batch is atomic), so it counts as done."""
+        tried = False
+
+        async def append() -> None:
+            nonlocal tried
+            try:
+                await self._world.log.append(self._log_id, batch)
+            except DuplicateKeyError as exc:
+                mine = {event.key: event.data for event in batch}
+                if tried and mine.get(exc.key) == exc.existing.data:
+                    return
+                raise
+            except BackendUnavailableError:
+                tried = True
+                raise
+
+        await self._retrying(append)
+
+    async def _retrying(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run ``operation`` shielded from cancellation, retrying BackendUnavailableError with
+        backoff for up to WRITE_RETRY_SECONDS (journal writes and blob puts are idempotent)."""
         delay = 0.1
         with anyio.CancelScope(shield=True):
             give_up = anyio.current_time() + WRITE_RETRY_SECONDS
-            tried = False
             while True:
                 try:
-                    await self._world.log.append(self._log_id, batch)
-                    return
-                except DuplicateKeyError as exc:
-                    mine = {event.key: event.data for event in batch}
-                    if tried and mine.get(exc.key) == exc.existing.data:
-                        return
-                    raise
+                    return await operation()
                 except BackendUnavailableError as exc:
-                    tried = True
                     if anyio.current_time() + delay > give_up:
                         raise
                     log.warning(
@@ -712,6 +728,7 @@ class Journal:
                     )
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable: nothing cancels this scope, so it swallows nothing")
 
     def _mismatch(
         self, step: int, recorded: object, attempted: object, detail: list[str] | None = None
@@ -861,37 +878,50 @@ class Journal:
         crash = self._crash
         if crash is not None and crash.step == n and crash.when == "before_run":
             crash.hit()
-        context: ToolContext | None = None
-        if tool_run is not None:
-            context = ToolContext(
-                self.session_id,
-                self.turn_id,
-                n,
-                idempotency_key=key,
-                deadline=deadline,
-                clock=self._clock,
-                lease_held=self._lease_held,
-                state=self._turn.state,
-            )
-            if replay == "never":
-                # Shielded: a lost lease or SIGTERM must not cut a call off half-way; its
-                # own deadline bounds it, and others wait for that deadline anyway.
-                with anyio.CancelScope(shield=True):
-                    result = await tool_run[1](n, context)
-            else:
+        # A never call runs shielded (a lost lease or SIGTERM must not cut it off half-way;
+        # its own deadline bounds it, and others wait for that deadline anyway), and so is
+        # every outcome's recording: once a call returned, its result must reach the log.
+        with anyio.CancelScope(shield=replay == "never" and tool_run is not None):
+            context: ToolContext | None = None
+            if tool_run is not None:
+                context = ToolContext(
+                    self.session_id,
+                    self.turn_id,
+                    n,
+                    idempotency_key=key,
+                    deadline=deadline,
+                    clock=self._clock,
+                    lease_held=self._lease_held,
+                    state=self._turn.state,
+                )
                 result = await tool_run[1](n, context)
-            if result.get("timed_out") and replay == "never":
-                result = {
-                    "output": POSSIBLY_RAN,
-                    "interrupted": True,
-                    "timed_out": True,
-                    "key": key,
-                }
-        else:
-            assert run is not None
-            result = await run(n)
-        if crash is not None and crash.step == n and crash.when == "after_run":
-            crash.hit()
+                if result.get("timed_out") and replay == "never":
+                    result = {
+                        "output": POSSIBLY_RAN,
+                        "interrupted": True,
+                        "timed_out": True,
+                        "key": key,
+                    }
+            else:
+                assert run is not None
+                result = await run(n)
+            if crash is not None and crash.step == n and crash.when == "after_run":
+                crash.hit()
+            with anyio.CancelScope(shield=True):
+                return await self._keep(n, kind, identity, replay, result, context, parts)
+        raise AssertionError("unreachable: nothing cancels this scope, so it swallows nothing")
+
+    async def _keep(
+        self,
+        n: int,
+        kind: str,
+        identity: dict[str, Any],
+        replay: Replay,
+        result: dict[str, Any],
+        context: ToolContext | None,
+        parts: tuple[dict[str, Any], dict[str, Any]] | None,
+    ) -> dict[str, Any]:
+        """Record step ``n``'s outcome (with the state its tool staged); the JSON result."""
         staged = context.staged if context is not None and "error" not in result else {}
         if result.get("interrupted"):
             staged = {}
@@ -906,13 +936,17 @@ class Journal:
         if parts is not None:
             body["parts"] = parts[0]
         if len(encoded) > self._blob_threshold:
-            ref = await self._blobs.put(encoded)
+            ref = await self._retrying(lambda: self._blobs.put(encoded))
             body["blob"] = ref.model_dump()
         else:
             body["result"] = result
         events = [self._event("outcome", body, n)]
         for state_name, value in staged.items():
-            stored = await stored_value(self._blobs, value, self._blob_threshold)
+
+            async def store(value: Any = value) -> dict[str, Any]:
+                return await stored_value(self._blobs, value, self._blob_threshold)
+
+            stored = await self._retrying(store)
             events.append(self._event(f"state/{state_name}", _state_event(state_name, stored), n))
         if kind == "tool" and replay == "safe" and self._defer_safe:
             # Rides with the next append: lost only to a crash before it, and then the tool
