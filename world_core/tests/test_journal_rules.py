@@ -407,3 +407,25 @@ async def test_bad_ids_are_refused_before_any_io(world: World) -> None:
     journal = await Journal.open(world, "s", "never-submitted")
     with pytest.raises(NotFoundError, match="submit it"):
         _ = journal.user_message
+
+
+@pytest.mark.parametrize("reopen", [False, True], ids=["same-journal", "reopened"])
+async def test_a_blind_retry_of_an_interrupted_never_call_reuses_its_key(
+    world: World, turn: str, effects: Effects, reopen: bool
+) -> None:
+    """The worker that records POSSIBLY_RAN and then runs the model's blind retry (same tool,
+    same arguments) hands the retry the interrupted call's key, whether the retry runs in the
+    same Journal or in a later one; other arguments get their step's own key."""
+    t = tools(effects)
+    await interrupt_act(world, turn, {"text": "go"})
+    journal = await Journal.open(world, "s", turn, clock=later)
+    with pytest.raises(PossiblyRanError):
+        await journal.call(t["act"], {"text": "go"})
+    if reopen:
+        journal = await Journal.open(world, "s", turn, clock=later)
+        with pytest.raises(PossiblyRanError):
+            await journal.call(t["act"], {"text": "go"})  # replayed
+    await journal.call(t["act"], {"text": "go"})
+    await journal.call(t["act"], {"text": "other"})
+    await journal.call(t["act"], {"text": "go"})  # after a success: a new request
+    assert effects.keys == ["s/t/step-0", "s/t/step-2", "s/t/step-3"]

@@ -35,11 +35,12 @@ The rules, for step ``n``:
 * Idempotency keys: step ``n``'s key is ``<session>/<turn>/step-<n>`` (at most 255 bytes; see
   :func:`~world_core.journal._tools.idempotency_key`). A ``never`` call whose latest earlier
   call of the same tool with the same arguments in this turn was interrupted (may have
-  happened) reuses that call's key, so an API that honours keys sees one request however
-  often the model retries blindly. The key is recorded with the intent. Limits: only within
-  one turn, only for byte-identical arguments (canonical JSON of what the model sent), and only
-  an API that honours keys can drop the repeat; a call that returned (even with an error) is
-  not interrupted, and a later identical call gets a fresh key.
+  happened) or failed (a timeout or dropped connection may come after the request arrived)
+  reuses that call's key, so an API that honours keys sees one request however often the
+  model retries blindly. The key is recorded with the intent. Limits: only within one turn,
+  only for identical arguments (canonical JSON of what the model sent), and only an API that
+  honours keys can drop the repeat; after a call that returned a result, an identical call is
+  a new request and gets its own key.
 * Deferred outcomes: a ``safe`` tool's outcome, and the values of ``now()``, ``uuid()`` and
   ``random()`` (steps too), are not appended on their own: they ride with the next append
   (the next model call's outcome, a ``never`` intent, the reply; or on their own past 1 MiB).
@@ -809,7 +810,10 @@ class Journal:
 
     def _reused_key(self, n: int, name: str, digest: str) -> str:
         """Step ``n``'s idempotency key: the key of the latest earlier call of the same tool
-        with the same arguments if that call was interrupted, else the step's own."""
+        with the same arguments, unless that call succeeded (then this is a new request and
+        gets its own key). An interrupted call may have happened; a failed one may have
+        reached the API before it failed (a timeout, a dropped connection): a retry with the
+        same key is what idempotency keys exist for."""
         for m in sorted(self._turn.steps, reverse=True):
             if m >= n:
                 continue
@@ -818,10 +822,11 @@ class Journal:
             if (identity["kind"], identity["name"], identity["digest"]) != ("tool", name, digest):
                 continue
             outcome = step.outcome or {}
-            if outcome.get("result", {}).get("interrupted"):
-                intent = step.intent or {}
-                return str(intent.get("key") or self.idempotency_key(m))
-            break
+            result = outcome.get("result", {})
+            if "blob" in outcome or not ("error" in result or result.get("interrupted")):
+                break  # it returned a result: a repeat is a new request
+            intent = step.intent or {}
+            return str(result.get("key") or intent.get("key") or self.idempotency_key(m))
         return self.idempotency_key(n)
 
     async def _take(
@@ -858,8 +863,9 @@ class Journal:
                         retry_after=wait,
                     )
             result = {"output": POSSIBLY_RAN, "interrupted": True, "key": key}
-            await self._append([self._event("outcome", {**identity, "result": result}, n)])
-            self._record(n, outcome={"result": result})
+            body = {**identity, "result": result}
+            await self._append([self._event("outcome", body, n)])
+            self._record(n, outcome=body)
             return result
         tool = tool_run[0] if tool_run is not None else None
         if tool is not None:

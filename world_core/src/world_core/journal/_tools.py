@@ -96,8 +96,8 @@ class ToolContext:
         session_id, turn_id, step: which call this is.
         idempotency_key: ``<session>/<turn>/step-<n>`` (at most 255 bytes, see
             :func:`idempotency_key`): the same on every retry and replay of this call, and
-            reused when the model retries an interrupted ``never`` call with the same
-            arguments in the same turn, so an API that honours idempotency keys sees one
+            reused when the model retries an interrupted or failed ``never`` call with the
+            same arguments in the same turn, so an API that honours idempotency keys sees one
             request. Send it with every request that has an effect.
         deadline: UNIX time (on the store's clock, as the worker estimates it) by which this
             call must have finished: its start plus the tool's ``timeout``. After it, the call
