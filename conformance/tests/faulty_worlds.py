@@ -20,6 +20,7 @@ from world_core import (
     Chunk,
     DeadLetter,
     Event,
+    InvalidArgumentError,
     Lease,
     LeaseLostError,
     LogInfo,
@@ -57,9 +58,7 @@ class Wrapper(World):
         await self.inner.aclose()
 
 
-class _StatusIgnored(Log):
-    """Fault: ``append`` drops ``status``."""
-
+class _LogFault(Log):
     def __init__(self, inner: Log) -> None:
         self.inner = inner
 
@@ -72,7 +71,9 @@ class _StatusIgnored(Log):
         status: str | None = None,
         messages: Sequence[OutboxMessage] = (),
     ) -> int:
-        return await self.inner.append(log_id, events, expect_tail=expect_tail, messages=messages)
+        return await self.inner.append(
+            log_id, events, expect_tail=expect_tail, status=status, messages=messages
+        )
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         return await self.inner.read(log_id, after=after, limit=limit)
@@ -103,8 +104,8 @@ class _StatusIgnored(Log):
         await self.inner.delete(log_id)
 
 
-class _WatchRepeats(_StatusIgnored):
-    """Fault: ``watch`` yields its first event twice (``status`` is passed through here)."""
+class _StatusIgnored(_LogFault):
+    """Fault: ``append`` drops ``status``."""
 
     async def append(
         self,
@@ -115,9 +116,11 @@ class _WatchRepeats(_StatusIgnored):
         status: str | None = None,
         messages: Sequence[OutboxMessage] = (),
     ) -> int:
-        return await self.inner.append(
-            log_id, events, expect_tail=expect_tail, status=status, messages=messages
-        )
+        return await self.inner.append(log_id, events, expect_tail=expect_tail, messages=messages)
+
+
+class _WatchRepeats(_LogFault):
+    """Fault: ``watch`` yields its first event twice."""
 
     async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
         first = True
@@ -129,6 +132,28 @@ class _WatchRepeats(_StatusIgnored):
 
     def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         return self._watch(log_id, after)
+
+
+class _AnyCursorAccepted(_LogFault):
+    """Fault: ``list_logs`` takes a cursor it did not issue (or issued for another prefix or
+    status) as no cursor, and starts the listing over instead of refusing it."""
+
+    async def list_logs(
+        self,
+        *,
+        prefix: str = "",
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page[LogInfo]:
+        try:
+            return await self.inner.list_logs(
+                prefix=prefix, status=status, cursor=cursor, limit=limit
+            )
+        except InvalidArgumentError:
+            if cursor is None:
+                raise
+            return await self.inner.list_logs(prefix=prefix, status=status, limit=limit)
 
 
 class _QueueFault(Queue):
@@ -249,6 +274,12 @@ async def status_ignored(*, url: str | None = None, namespace: str = "default") 
 async def watch_repeats(*, url: str | None = None, namespace: str = "default") -> World:
     world = Wrapper(await _local(url, namespace))
     world.log = _WatchRepeats(world.inner.log)
+    return world
+
+
+async def any_cursor_accepted(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.log = _AnyCursorAccepted(world.inner.log)
     return world
 
 

@@ -33,6 +33,8 @@ FAULTS = [
     ("status_ignored", "test_log_status_set_atomically"),
     ("status_ignored", "test_model_state_machine"),
     ("watch_repeats", "test_log_watch_before_log_exists"),
+    ("any_cursor_accepted", "test_log_list_cursor_not_issued_refused"),
+    ("any_cursor_accepted", "test_log_list_cursor_bound_to_its_listing"),
     ("lifo", "test_queue_fifo_for_immediate_messages"),
     ("stale_ack_accepted", "test_queue_stale_token_refused"),
     ("dedup_ignored", "test_queue_dedup_keys"),

@@ -18,6 +18,7 @@ from world_core.spi import (
     Lease,
     NewEvent,
     OutboxMessage,
+    list_cursor,
     prefix_end,
     validate_append,
     validate_claim,
@@ -221,6 +222,70 @@ def test_records_are_frozen_and_strict() -> None:
         Event(seq=1, data=b"x", extra=1)  # type: ignore[call-arg]
 
 
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"data": "text"}, errors.InvalidArgumentError, r"NewEvent\.data must be bytes, got str"),
+        ({"data": bytearray(b"x")}, errors.InvalidArgumentError, "got bytearray.*bytes"),
+        ({"data": memoryview(b"x")}, errors.InvalidArgumentError, "got memoryview.*bytes"),
+        ({"data": None}, errors.InvalidArgumentError, r"data must be bytes, got NoneType"),
+        ({"data": 7}, errors.InvalidArgumentError, r"data must be bytes, got int"),
+        (
+            {"data": b"", "key": 123},
+            errors.InvalidIdentifierError,
+            r"NewEvent\.key must be a str or None, got int",
+        ),
+        ({"data": b"", "key": b"k"}, errors.InvalidIdentifierError, "key .* got bytes"),
+        ({}, errors.InvalidArgumentError, r"NewEvent needs data: pass bytes"),
+        ({"data": b"", "seq": 1}, errors.InvalidArgumentError, "no field 'seq'.*data, key"),
+    ],
+)
+def test_new_event_refuses_wrong_types_without_coercion(
+    fields: dict[str, object], error: type[errors.InvalidArgumentError], message: str
+) -> None:
+    with pytest.raises(error, match=message) as info:
+        NewEvent(**fields)  # type: ignore[arg-type]
+    if error is errors.InvalidArgumentError:
+        assert not isinstance(info.value, errors.InvalidIdentifierError)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"payload": "text"}, errors.InvalidArgumentError, r"OutboxMessage\.payload must be bytes"),
+        ({"payload": bytearray()}, errors.InvalidArgumentError, "payload .* got bytearray"),
+        ({"queue": 1}, errors.InvalidIdentifierError, r"OutboxMessage\.queue must be a str,"),
+        ({"dedup_key": 1}, errors.InvalidIdentifierError, "dedup_key must be a str or None"),
+        ({"delay": "1"}, errors.InvalidArgumentError, "delay must be a number of seconds"),
+        ({"delay": True}, errors.InvalidArgumentError, "delay .* got bool"),
+        ({"max_attempts": 3.0}, errors.InvalidArgumentError, "max_attempts must be an int"),
+        ({"max_attempts": True}, errors.InvalidArgumentError, "max_attempts .* got bool"),
+        ({"max_attempts": "3"}, errors.InvalidArgumentError, "max_attempts .* got str"),
+    ],
+)
+def test_outbox_message_refuses_wrong_types_without_coercion(
+    fields: dict[str, object], error: type[errors.InvalidArgumentError], message: str
+) -> None:
+    valid: dict[str, object] = {"queue": "q", "payload": b""}
+    with pytest.raises(error, match=message):
+        OutboxMessage(**(valid | fields))  # type: ignore[arg-type]
+
+
+def test_inbound_records_take_exactly_what_they_say() -> None:
+    """bytes (a subclass too) for data, str or None for keys; an int delay is a number of
+    seconds. The stored values are the ones passed, not conversions of them."""
+
+    class Tagged(bytes):
+        pass
+
+    assert NewEvent(data=b"\x00").data == b"\x00"
+    assert NewEvent(data=Tagged(b"x"), key="k") == NewEvent(data=b"x", key="k")
+    assert NewEvent(data=b"", key=None).key is None
+    message = OutboxMessage(queue="q", payload=b"p", delay=2, dedup_key=None, max_attempts=1)
+    assert message.delay == 2.0
+    assert isinstance(message.delay, float)
+
+
 LEASE = Lease(
     queue="q", message_id="m", payload=b"", attempt=1, max_attempts=3, token="t", deadline=1.0
 )
@@ -239,8 +304,12 @@ def test_read_after_is_an_int_from_zero() -> None:
 
 
 def test_list_accepts_an_empty_prefix_and_checks_the_rest() -> None:
-    validate_list(prefix="", status=None, cursor=None, limit=1)
-    validate_list(prefix="é" * (MAX_ID_BYTES // 2), status="s", cursor="c", limit=MAX_LIST_LIMIT)
+    assert validate_list(prefix="", status=None, cursor=None, limit=1) is None
+    longest = "é" * (MAX_ID_BYTES // 2)
+    cursor = list_cursor(longest + "z", prefix=longest, status="s")
+    assert validate_list(prefix=longest, status="s", cursor=cursor, limit=MAX_LIST_LIMIT) == (
+        longest + "z"
+    )
     with pytest.raises(errors.InvalidArgumentError, match="prefix must be a str"):
         validate_list(prefix=b"a", status=None, cursor=None, limit=1)  # type: ignore[arg-type]
     for prefix in ("a\x00", "x" * (MAX_ID_BYTES + 1), "\ud800"):
@@ -253,6 +322,51 @@ def test_list_accepts_an_empty_prefix_and_checks_the_rest() -> None:
     for limit in (None, 0, True, MAX_LIST_LIMIT + 1):
         with pytest.raises(errors.InvalidArgumentError, match="limit"):
             validate_list(prefix="", status=None, cursor=None, limit=limit)  # type: ignore[arg-type]
+
+
+def test_list_cursor_names_the_last_log_of_its_listing() -> None:
+    """validate_list returns the log id a cursor was made from, for the same prefix and status
+    (whatever the limit); the same id under another prefix or status is refused."""
+    for last, prefix, status in (
+        ("a", "", None),
+        ("run/é😀\U0010ffff", "run/", "done"),
+        ("x" * MAX_ID_BYTES, "x", "s" * MAX_STATUS_BYTES),
+        ("'; --", "'", None),
+    ):
+        cursor = list_cursor(last, prefix=prefix, status=status)
+        assert cursor.isascii()
+        for limit in (1, MAX_LIST_LIMIT):
+            assert validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit) == last
+    cursor = list_cursor("run/2", prefix="run/", status="done")
+    for prefix, status in (("", "done"), ("run", "done"), ("run/2", "done"), ("run/", None)):
+        with pytest.raises(errors.InvalidArgumentError, match="same prefix and status"):
+            validate_list(prefix=prefix, status=status, cursor=cursor, limit=1)
+    with pytest.raises(errors.InvalidArgumentError, match="cursor"):
+        validate_list(prefix="run/", status="Done", cursor=cursor, limit=1)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    ["", "c", "run/2", b"run/2".hex(), "null", "=", "====", "a\x00b", "é", "YQ", "YQ=="],
+)
+def test_list_refuses_a_cursor_it_did_not_make(forged: str) -> None:
+    """A log id, its hex (the cursors of earlier versions) or any other made-up text is not a
+    cursor."""
+    with pytest.raises(errors.InvalidArgumentError, match="next_cursor"):
+        validate_list(prefix="", status=None, cursor=forged, limit=1)
+
+
+def test_list_refuses_every_garbled_cursor() -> None:
+    """Any character changed, cut off or added is noticed, the unused low bits of the last
+    base64 character included."""
+    cursor = list_cursor("run/2", prefix="", status=None)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_+/="
+    garbled = {cursor[:i] + c + cursor[i + 1 :] for i in range(len(cursor)) for c in alphabet}
+    garbled |= {cursor[:-1], cursor[1:], cursor + "A", "A" + cursor, cursor + "=", cursor + " "}
+    garbled.discard(cursor)
+    for bad in sorted(garbled):
+        with pytest.raises(errors.InvalidArgumentError, match="next_cursor"):
+            validate_list(prefix="", status=None, cursor=bad, limit=1)
 
 
 def test_stream_read_start_is_any_int() -> None:

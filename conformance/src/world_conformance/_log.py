@@ -321,6 +321,57 @@ class LogContract(ContractBase):
         assert (await world.log.list_logs(prefix=longest)).items == []
         assert [i.log_id for i in (await world.log.list_logs(prefix="")).items] == ["l"]
 
+    async def test_log_list_cursor_not_issued_refused(self, world: World) -> None:
+        """A cursor is a ``next_cursor`` the listing returned, unchanged: anything else (made
+        up, a log id or its hex, garbled, cut short, lengthened) raises InvalidArgumentError
+        rather than starting or continuing a listing somewhere; the real cursor still works."""
+        for index in range(3):
+            await world.log.append(f"log-{index}", _events(b"x"))
+        cursor = (await world.log.list_logs(limit=1)).next_cursor
+        assert cursor is not None
+        forged = {"", " ", "0", "null", "log-0", "log-1", b"log-0".hex(), "\x00"}
+        forged |= {cursor[:-1], cursor[1:], cursor + cursor[-1], "A" + cursor, cursor + "\n"}
+        forged |= {cursor[::-1], cursor.swapcase(), cursor.upper(), cursor.lower()}
+        forged.discard(cursor)
+        accepted: list[str] = []
+        for bad in sorted(forged):
+            try:
+                await world.log.list_logs(cursor=bad, limit=1)
+            except InvalidArgumentError:
+                continue
+            accepted.append(bad)
+        assert accepted == [], f"cursors never issued were accepted: {accepted}"
+        rest = await world.log.list_logs(cursor=cursor, limit=1)
+        assert [i.log_id for i in rest.items] == ["log-1"]
+
+    async def test_log_list_cursor_bound_to_its_listing(self, world: World) -> None:
+        """A cursor continues the listing it came from: the same ``prefix`` and ``status``, any
+        ``limit``. With another prefix or status it raises InvalidArgumentError, rather than
+        being read as a position in that other listing. It marks a position, not a log: it
+        stays valid when the log it stopped at is deleted."""
+        for index in range(4):
+            await world.log.append(f"run/{index}", _events(b"x"), status="s")
+        await world.log.append("other", _events(b"x"), status="s")
+        cursor = (await world.log.list_logs(prefix="run/", status="s", limit=1)).next_cursor
+        unfiltered = (await world.log.list_logs(limit=1)).next_cursor
+        assert cursor is not None
+        assert unfiltered is not None
+        for prefix, status in (("", "s"), ("run", "s"), ("run/0", "s"), ("run/", None)):
+            with pytest.raises(InvalidArgumentError):
+                await world.log.list_logs(prefix=prefix, status=status, cursor=cursor)
+        with pytest.raises(InvalidArgumentError):
+            await world.log.list_logs(prefix="run/", status="t", cursor=cursor)
+        for prefix, status in (("run/", None), ("", "s"), ("o", None)):
+            with pytest.raises(InvalidArgumentError):
+                await world.log.list_logs(prefix=prefix, status=status, cursor=unfiltered)
+        await world.log.delete("run/0")
+        rest = await world.log.list_logs(prefix="run/", status="s", cursor=cursor, limit=2)
+        assert [i.log_id for i in rest.items] == ["run/1", "run/2"]
+        assert rest.next_cursor is not None
+        last = await world.log.list_logs(prefix="run/", status="s", cursor=rest.next_cursor)
+        assert [i.log_id for i in last.items] == ["run/3"]
+        assert last.next_cursor is None
+
     async def test_log_delete_then_append_restarts(self, world: World) -> None:
         log = world.log
         await log.append("l", [NewEvent(data=b"a", key="k")], status="s")

@@ -14,7 +14,10 @@ Rules shared by every method:
   without multi-document transactions (a standalone ``mongod``) may use a small fixed number
   of single-document writes instead, exactly one of which commits the change.
 * Payloads (event data, message payloads, stream chunks) are opaque ``bytes``: empty, NUL
-  bytes and any other content are stored and returned exactly.
+  bytes and any other content are stored and returned exactly. They are never converted:
+  ``str``, ``bytearray`` and ``memoryview`` raise :class:`~world_core.errors.InvalidArgumentError`
+  (encode text; copy a buffer with ``bytes(...)``), both when a :class:`NewEvent` or an
+  :class:`OutboxMessage` is built and when ``enqueue`` or ``write`` is called.
 * One call carries at most :data:`MAX_PAYLOAD_BYTES` of payload in total (an append batch
   with its outbox messages, one enqueue, one stream write); more raises
   :class:`~world_core.errors.PayloadTooLargeError` and writes nothing.
@@ -35,14 +38,17 @@ Rules shared by every method:
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from types import TracebackType
-from typing import Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from world_core.errors import (
     InvalidArgumentError,
@@ -72,6 +78,7 @@ __all__ = [
     "StreamInfo",
     "World",
     "WorldFactory",
+    "list_cursor",
     "prefix_end",
     "validate_append",
     "validate_claim",
@@ -113,13 +120,64 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# What each field of a record built by callers takes, and the advice given when it gets
+# something else: (what it must be, what to do). Identifier fields raise InvalidIdentifierError.
+_FIELDS: dict[str, tuple[str, str]] = {
+    "data": ("bytes", "encode text first (text.encode()); copy a buffer with bytes(...)"),
+    "payload": ("bytes", "encode text first (text.encode()); copy a buffer with bytes(...)"),
+    "key": ("a str or None", "pass the key as text, or None for an event without a key"),
+    "queue": ("a str", "pass the queue's name as text"),
+    "dedup_key": ("a str or None", "pass the key as text, or None for no deduplication"),
+    "delay": ("a number of seconds", "pass an int or a float, 0 for none"),
+    "max_attempts": ("an int", "pass the deliveries allowed before dead-lettering, e.g. 10"),
+}
+_ID_FIELDS = frozenset({"key", "queue", "dedup_key"})
+
+
+class _Input(_Record):
+    """A record callers build and pass in. Its fields are checked strictly when it is built,
+    never coerced (``str`` is not turned into ``bytes``, ``"3"`` not into ``3``), and a wrong
+    one raises InvalidArgumentError (InvalidIdentifierError for an identifier field) naming
+    the field and what to pass, instead of pydantic's ValidationError."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    def __init__(self, /, **fields: Any) -> None:
+        try:
+            super().__init__(**fields)
+        except ValidationError as exc:
+            raise _refusal(type(self), exc) from exc
+
+
+def _refusal(model: type[BaseModel], exc: ValidationError) -> InvalidArgumentError:
+    first = exc.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else ""
+    name = model.__name__
+    if first["type"] == "extra_forbidden":
+        return InvalidArgumentError(
+            f"{name} has no field {field!r}; its fields are {', '.join(model.model_fields)}"
+        )
+    must, advice = _FIELDS.get(field, ("valid", first["msg"]))
+    error = InvalidIdentifierError if field in _ID_FIELDS else InvalidArgumentError
+    if first["type"] == "missing":
+        return error(f"{name} needs {field}: pass {must}")
+    got = type(first["input"]).__name__
+    return error(f"{name}.{field} must be {must}, got {got}: {advice}")
+
+
 # --------------------------------------------------------------------------------------------
 # Records that cross the SPI
 # --------------------------------------------------------------------------------------------
 
 
-class NewEvent(_Record):
-    """An event to append. ``key``, when given, is unique within its log."""
+class NewEvent(_Input):
+    """An event to append. ``key``, when given, is unique within its log.
+
+    ``data`` must be ``bytes`` (a subclass too) and ``key`` a ``str`` or None: nothing is
+    converted, so ``str``, ``bytearray`` and ``memoryview`` data or a non-``str`` key raise
+    InvalidArgumentError (InvalidIdentifierError for the key) when the event is built. The
+    key's content (non-empty, no NUL, length) is checked by ``Log.append``.
+    """
 
     data: bytes
     key: str | None = None
@@ -151,8 +209,15 @@ class Page(_Record, Generic[T]):
     next_cursor: str | None = None
 
 
-class OutboxMessage(_Record):
-    """A message enqueued in the same atomic write as a log append (``Capabilities.outbox``)."""
+class OutboxMessage(_Input):
+    """A message enqueued in the same atomic write as a log append (``Capabilities.outbox``).
+
+    Its fields take what ``Queue.enqueue`` takes, checked as strictly when it is built:
+    ``payload`` ``bytes``, ``queue`` a ``str``, ``dedup_key`` a ``str`` or None, ``delay`` an
+    ``int`` or ``float``, ``max_attempts`` an ``int`` (never a ``bool``); anything else raises
+    InvalidArgumentError (InvalidIdentifierError for ``queue`` and ``dedup_key``). Values
+    (a negative delay, an empty queue name) are checked by ``Log.append``.
+    """
 
     queue: str
     payload: bytes
@@ -433,16 +498,22 @@ def validate_read(log_id: str, *, after: int, limit: int | None = None) -> int:
     return after
 
 
-def validate_list(*, prefix: str, status: str | None, cursor: str | None, limit: int) -> None:
+def validate_list(*, prefix: str, status: str | None, cursor: str | None, limit: int) -> str | None:
     """Everything ``Log.list_logs`` refuses before any I/O.
 
     ``prefix`` may be ``""`` (every log); otherwise it follows the identifier rules but for
-    emptiness. ``cursor`` is only checked to be a ``str``: its content is the backend's own,
-    which refuses one it did not issue with InvalidArgumentError.
+    emptiness. ``cursor`` must be one :func:`list_cursor` made for this ``prefix`` and
+    ``status`` (any ``limit``).
+
+    Returns:
+        The id of the last log of the previous page, from ``cursor`` (the page lists the ids
+        after it); None when ``cursor`` is None (the first page).
 
     Raises:
-        InvalidArgumentError: ``prefix`` not a ``str``; ``cursor`` neither None nor a ``str``;
-            ``limit`` not an ``int`` from 1 to MAX_LIST_LIMIT (None and ``bool`` are refused).
+        InvalidArgumentError: ``prefix`` not a ``str``; ``cursor`` neither None nor a ``str``,
+            or not made by :func:`list_cursor` for this ``prefix`` and ``status`` (made up,
+            garbled, or from another listing); ``limit`` not an ``int`` from 1 to
+            MAX_LIST_LIMIT (None and ``bool`` are refused).
         InvalidIdentifierError: ``prefix`` containing NUL, longer than MAX_ID_BYTES in UTF-8
             or not encodable as UTF-8; ``status`` not a valid identifier or longer than
             MAX_STATUS_BYTES (the same rule as ``Log.append(status=...)``).
@@ -460,6 +531,52 @@ def validate_list(*, prefix: str, status: str | None, cursor: str | None, limit:
             f"cursor must be None or the str next_cursor of a previous page, got {cursor!r}"
         )
     _check_page_limit(limit)
+    return None if cursor is None else _read_cursor(cursor, prefix, status)
+
+
+_CURSOR_DIGEST_BYTES = 8
+
+
+def _cursor_digest(last_id: str, prefix: str, status: str | None) -> bytes:
+    # NUL never occurs in an id, prefix or status, so the joined text names one triple; an
+    # empty status is refused, so "" stands for None. Not keyed: a cursor is not a secret (it
+    # grants nothing the caller could not list anyway), the digest only tells a cursor made
+    # for this listing from a made-up, garbled or borrowed one. A new format gets a new person.
+    text = "\x00".join((prefix, status or "", last_id)).encode("utf-8")
+    return hashlib.blake2b(text, digest_size=_CURSOR_DIGEST_BYTES, person=b"world.list.1").digest()
+
+
+def list_cursor(last_id: str, *, prefix: str, status: str | None) -> str:
+    """The ``next_cursor`` of a ``list_logs`` page whose last log is ``last_id``, listed with
+    ``prefix`` and ``status``. :func:`validate_list` gives ``last_id`` back for the same
+    ``prefix`` and ``status`` and refuses it for any other.
+
+    The cursor is URL-safe ASCII (unpadded base64url of a digest of the three and the id).
+    """
+    raw = _cursor_digest(last_id, prefix, status) + last_id.encode("utf-8")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _read_cursor(cursor: str, prefix: str, status: str | None) -> str:
+    refused = InvalidArgumentError(
+        "cursor is not a next_cursor that list_logs returned for this listing: pass a page's "
+        "next_cursor back unchanged, with the same prefix and status (the limit may change), "
+        "or None to start from the first page"
+    )
+    try:
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+        last_id = raw[_CURSOR_DIGEST_BYTES:].decode("utf-8")
+    except ValueError as exc:  # binascii.Error and UnicodeError are ValueErrors
+        raise refused from exc
+    canonical = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    digest = _cursor_digest(last_id, prefix, status)
+    if (
+        not last_id
+        or cursor != canonical
+        or not hmac.compare_digest(raw[:_CURSOR_DIGEST_BYTES], digest)
+    ):
+        raise refused
+    return last_id
 
 
 def validate_stream_read(stream_id: str, *, start: int) -> int:
@@ -648,8 +765,21 @@ class Log(ABC):
         id in code-point order, ``limit`` (at most MAX_LIST_LIMIT) per page.
 
         ``prefix`` is literal text: ``%``, ``_``, ``*``, ``[`` ... match only themselves.
-        ``cursor`` is opaque. A page holds at most ``limit`` items; following ``next_cursor``
-        until it is None yields every matching log exactly once, in order."""
+        A page holds at most ``limit`` items; following ``next_cursor`` until it is None
+        yields every matching log exactly once, in order.
+
+        ``cursor`` is None for the first page, else the ``next_cursor`` of the previous page,
+        unchanged, passed with the same ``prefix`` and ``status`` (``limit`` may change). It is
+        opaque (backends make it with :func:`list_cursor`) and marks a position in id order,
+        not a log: it stays valid when that log is deleted. It is not a secret.
+
+        Raises:
+            InvalidArgumentError: ``cursor`` is not a ``next_cursor`` of this listing: made up,
+                garbled, a log id, or issued for another ``prefix`` or ``status`` (it is refused
+                rather than read as a position in another listing).
+            InvalidIdentifierError, InvalidArgumentError: the other arguments, see
+                :func:`validate_list`.
+        """
 
     @abstractmethod
     async def delete(self, log_id: str) -> None:

@@ -11,7 +11,6 @@ from typing import Any
 from world_core.errors import (
     ConflictError,
     DuplicateKeyError,
-    InvalidArgumentError,
 )
 from world_core.spi import (
     MAX_PAYLOAD_BYTES,
@@ -21,6 +20,7 @@ from world_core.spi import (
     NewEvent,
     OutboxMessage,
     Page,
+    list_cursor,
     validate_append,
     validate_id,
     validate_list,
@@ -206,8 +206,7 @@ class LocalLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
-        after = _decode_cursor(cursor)
+        after = validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit) or ""
         folder = self._space.folder / LogFile.kind
 
         def work() -> Page[LogInfo]:
@@ -225,7 +224,10 @@ class LocalLog(Log):
                     if len(found) > limit:
                         break
             if len(found) > limit:
-                return Page(items=found[:limit], next_cursor=found[limit - 1].log_id.encode().hex())
+                last = found[limit - 1].log_id
+                return Page(
+                    items=found[:limit], next_cursor=list_cursor(last, prefix=prefix, status=status)
+                )
             return Page(items=found)
 
         return await self._space.run(work)
@@ -242,14 +244,3 @@ class LocalLog(Log):
 
         queues = await self._space.run(lambda: file.writing(work, create=False))
         self._changed(log_id, queues)
-
-
-def _decode_cursor(cursor: str | None) -> str:
-    if cursor is None:
-        return ""
-    try:
-        return bytes.fromhex(cursor).decode("utf-8")
-    except (ValueError, TypeError) as exc:
-        raise InvalidArgumentError(
-            f"cursor {cursor!r} is not one this World returned; pass next_cursor unchanged"
-        ) from exc

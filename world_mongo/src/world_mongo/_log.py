@@ -21,6 +21,7 @@ from world_core.spi import (
     NewEvent,
     OutboxMessage,
     Page,
+    list_cursor,
     prefix_end,
     validate_append,
     validate_id,
@@ -237,7 +238,7 @@ class MongoLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
+        after = validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         self._world.check_open()
         bounds: Doc = {}
         if prefix:
@@ -245,10 +246,9 @@ class MongoLog(Log):
             upper = prefix_end(prefix)
             if upper is not None:
                 bounds["$lt"] = upper
-        # The cursor is the last id of the previous page.
-        if cursor and ("$gte" not in bounds or cursor >= bounds["$gte"]):
+        if after is not None and ("$gte" not in bounds or after >= bounds["$gte"]):
             bounds.pop("$gte", None)
-            bounds["$gt"] = cursor
+            bounds["$gt"] = after
         query: Doc = {"_id": bounds} if bounds else {}
         if status is not None:
             query["status"] = status
@@ -257,9 +257,11 @@ class MongoLog(Log):
                 query, {"n": 1, "status": 1}, sort=[("_id", 1)], limit=limit + 1
             ).to_list()
         items = [LogInfo(log_id=d["_id"], tail=d["n"], status=d.get("status")) for d in docs]
-        more = len(items) > limit
+        if len(items) <= limit:
+            return Page(items=items)
         items = items[:limit]
-        return Page(items=items, next_cursor=items[-1].log_id if more else None)
+        last = items[-1].log_id
+        return Page(items=items, next_cursor=list_cursor(last, prefix=prefix, status=status))
 
     async def delete(self, log_id: str) -> None:
         validate_id(log_id, "log_id")

@@ -19,6 +19,7 @@ from world_core.spi import (
     NewEvent,
     OutboxMessage,
     Page,
+    list_cursor,
     prefix_end,
     validate_append,
     validate_id,
@@ -226,16 +227,16 @@ class PostgresLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
-        if cursor is not None:
-            validate_id(cursor, "cursor")  # a log id: the last of the previous page
+        after = validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         end = prefix_end(prefix)
 
         async def op(conn: Conn, retried: bool) -> Page[LogInfo]:
-            rows = await conn.fetch(self._list, prefix, end, status, cursor, limit + 1)
+            rows = await conn.fetch(self._list, prefix, end, status, after, limit + 1)
             items = [LogInfo(log_id=r[0], status=r[1], tail=int(r[2])) for r in rows[:limit]]
-            more = len(rows) > limit
-            return Page(items=items, next_cursor=items[-1].log_id if more else None)
+            if len(rows) <= limit:
+                return Page(items=items)
+            last = items[-1].log_id
+            return Page(items=items, next_cursor=list_cursor(last, prefix=prefix, status=status))
 
         return await self._db.run("list_logs", op)
 

@@ -19,6 +19,7 @@ from world_core.spi import (
     NewEvent,
     OutboxMessage,
     Page,
+    list_cursor,
     validate_append,
     validate_id,
     validate_list,
@@ -196,17 +197,15 @@ class RedisLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
-        if cursor is not None:
-            validate_id(cursor, "cursor")  # a log id: the last of the previous page
+        after = validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         # Single node: status filter through the exact status index (member "status\0id").
         # Cluster: the registry, each entry checked against the log's own keys.
         use_status_index = status is not None and not self._conn.cluster
         head = (status.encode() + b"\x00") if use_status_index and status is not None else b""
         index = self._keys.status_index if use_status_index else self._keys.registry
         low = b"[" + head + prefix.encode()
-        if cursor is not None and cursor.encode() >= prefix.encode():
-            low = b"(" + head + cursor.encode()
+        if after is not None and after.encode() >= prefix.encode():
+            low = b"(" + head + after.encode()
         high = b"[" + head + prefix.encode() + b"\xff"  # 0xff never occurs in UTF-8
         found: list[LogInfo] = []
         while len(found) <= limit:
@@ -224,8 +223,12 @@ class RedisLog(Log):
                 break
             low = b"(" + members[-1]
         items = found[:limit]
-        next_cursor = items[-1].log_id if len(found) > limit else None
-        return Page[LogInfo](items=items, next_cursor=next_cursor)
+        if len(found) <= limit:
+            return Page[LogInfo](items=items)
+        last = items[-1].log_id
+        return Page[LogInfo](
+            items=items, next_cursor=list_cursor(last, prefix=prefix, status=status)
+        )
 
     async def _details(self, ids: list[str]) -> list[LogInfo | None]:
         """Tail and status of each log, read from the log's own keys (the authority)."""

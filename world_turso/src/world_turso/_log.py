@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from functools import partial
 
-from world_core.errors import ConflictError, DuplicateKeyError, InvalidArgumentError
+from world_core.errors import ConflictError, DuplicateKeyError
 from world_core.spi import (
     Event,
     Log,
@@ -13,6 +13,7 @@ from world_core.spi import (
     NewEvent,
     OutboxMessage,
     Page,
+    list_cursor,
     prefix_end,
     validate_append,
     validate_id,
@@ -43,21 +44,6 @@ _WAIT_MIN, _WAIT_MAX = 0.005, 0.2
 
 def _event(row: Row) -> Event:
     return Event(seq=as_int(row[0]), key=as_opt_str(row[1]), data=as_bytes(row[2]))
-
-
-def _encode_cursor(log_id: str) -> str:
-    return log_id.encode("utf-8").hex()
-
-
-def _decode_cursor(cursor: object) -> str:
-    if not isinstance(cursor, str):
-        raise InvalidArgumentError(f"cursor must be a str from a previous page, got {cursor!r}")
-    try:
-        return bytes.fromhex(cursor).decode("utf-8")
-    except ValueError as exc:
-        raise InvalidArgumentError(
-            "cursor is not one this World returned; pass a page's next_cursor unchanged"
-        ) from exc
 
 
 class TursoLog(Log):
@@ -223,8 +209,7 @@ class TursoLog(Log):
         cursor: str | None = None,
         limit: int = 100,
     ) -> Page[LogInfo]:
-        validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
-        start = None if cursor is None else _decode_cursor(cursor)
+        start = validate_list(prefix=prefix, status=status, cursor=cursor, limit=limit)
         where = ["1"]
         params: list[Param] = []
         if prefix:
@@ -250,8 +235,10 @@ class TursoLog(Log):
             for row in rows[:limit]
         ]
         more = len(rows) > limit
+        last = items[-1].log_id if more else None
         return Page[LogInfo](
-            items=items, next_cursor=_encode_cursor(items[-1].log_id) if more else None
+            items=items,
+            next_cursor=None if last is None else list_cursor(last, prefix=prefix, status=status),
         )
 
     async def delete(self, log_id: str) -> None:
