@@ -1,5 +1,5 @@
 # Everyday commands. `make test` is the README's test command and what CI runs.
-.PHONY: sync lint format typecheck test demo bench
+.PHONY: sync lint format typecheck test demo bench chaos
 
 sync:
 	uv sync
@@ -25,3 +25,9 @@ demo: sync
 bench:
 	uv sync --group bench
 	.ci/with-servers sh -c 'for b in benchmarks/bench_*.py; do uv run --group bench python "$$b" || exit 1; done'
+
+# Workers killed (SIGKILL) and paused (SIGSTOP past their lease) at random while turns call two
+# never tools against a loopback sink that honours idempotency keys: exits 1 on a lost turn or
+# an effect applied twice. About 40 s per backend.
+chaos: sync
+	.ci/with-servers sh -c 'uv run python benchmarks/chaos_journal.py --world local,postgres,redis'
