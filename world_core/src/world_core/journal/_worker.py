@@ -125,16 +125,18 @@ class TurnResult:
 
 class _LeaseClock:
     """The store's clock as this worker sees it: the claim's deadline minus the lease is the
-    store's time at the claim; the local monotonic clock measures from there. Read from
-    before the claim was sent, so it runs ahead of the store by at most the claim's round
-    trip (the journal's CLOCK_MARGIN covers that)."""
+    store's time when it handed the message out; the local monotonic clock measures from when
+    the claim's answer arrived, so it runs behind the store by at most the answer's way back
+    (the journal's CLOCK_MARGIN covers that). Not from when the claim was sent: a claim that
+    waited for work would then put the clock ahead by that wait, and a takeover would answer
+    for a ``never`` call still within its deadline."""
 
-    def __init__(self, lease: Lease, duration: float, sent: float) -> None:
+    def __init__(self, lease: Lease, duration: float, received: float) -> None:
         self._base = lease.deadline - duration
-        self._sent = sent
+        self._received = received
 
     def __call__(self) -> float:
-        return self._base + (time.monotonic() - self._sent)
+        return self._base + (time.monotonic() - self._received)
 
 
 class Worker:
@@ -195,11 +197,10 @@ class Worker:
 
     async def run_once(self, *, wait: float = 0.0) -> TurnResult | None:
         """Claim one turn (waiting up to ``wait`` seconds) and run it; None if none came."""
-        sent = time.monotonic()
         leases = await self.world.queue.claim(self.queue, self.name, lease=self.lease, wait=wait)
         if not leases:
             return None
-        return await self.process(leases[0], claimed_at=sent)
+        return await self.process(leases[0], claimed_at=time.monotonic())
 
     async def run(
         self,
@@ -219,7 +220,7 @@ class Worker:
             if on_ready is not None:
                 on_ready()
             while not stop.is_set():
-                sent = time.monotonic()
+                received = 0.0
                 leases: list[Lease] = []
                 try:
                     async with anyio.create_task_group() as claiming:
@@ -232,6 +233,7 @@ class Worker:
                         leases = await self.world.queue.claim(
                             self.queue, self.name, lease=self.lease, wait=1.0
                         )
+                        received = time.monotonic()
                         claiming.cancel_scope.cancel()
                 except BackendUnavailableError as exc:
                     log.warning("claiming from %r failed: %s; retrying in 1 s", self.queue, exc)
@@ -242,7 +244,7 @@ class Worker:
                     if stop.is_set():  # claimed as the signal came: hand it back now
                         await self._settle(lease, ack=False)
                         continue
-                    result = await self.process(lease, stop=stop, claimed_at=sent)
+                    result = await self.process(lease, stop=stop, claimed_at=received)
                     log.info("turn %s/%s: %s", result.session_id, result.turn_id, result.status)
             tg.cancel_scope.cancel()
 
@@ -251,7 +253,7 @@ class Worker:
     ) -> TurnResult:
         """Run the turn ``lease`` holds, renewing it meanwhile; ack, release or drop it.
 
-        ``claimed_at``: ``time.monotonic()`` taken just before the claim was sent (now, if
+        ``claimed_at``: ``time.monotonic()`` taken when the claim's answer arrived (now, if
         not given), from which the store's clock is estimated.
         """
         try:
