@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from world_conformance._target import WorldTarget
     from world_conformance._world import WorldContract
     from world_conformance.journal import JournalContract
+    from world_conformance.journal_resilience import JournalResilienceContract
 
 __all__ = [
     "BAD_IDENTIFIERS",
@@ -47,6 +48,7 @@ __all__ = [
     "ContractBase",
     "IsolationContract",
     "JournalContract",
+    "JournalResilienceContract",
     "LifecycleContract",
     "LogContract",
     "ModelContract",
@@ -67,6 +69,7 @@ _HOME = {
     "ContractBase": "_base",
     "IsolationContract": "_isolation",
     "JournalContract": "journal",
+    "JournalResilienceContract": "journal_resilience",
     "LifecycleContract": "_lifecycle",
     "LogContract": "_log",
     "ModelContract": "_model",
