@@ -735,10 +735,17 @@ class Journal:
         self, step: int, recorded: object, attempted: object, detail: list[str] | None = None
     ) -> NonDeterminismError:
         where = "".join(f"\n  {line}" for line in detail or [])
+        what = f"the journal holds {recorded!r} but the code now does {attempted!r}."
+        if detail and isinstance(recorded, dict) and isinstance(attempted, dict):
+            # The lines below say what changed; two previews that look alike would not.
+            what = (
+                f"the journal holds a {recorded.get('kind')} request "
+                f"{str(recorded.get('digest'))[:12]} but the code now makes "
+                f"{str(attempted.get('digest'))[:12]}:"
+            )
         return NonDeterminismError(
-            f"turn {self.turn_id!r} step {step}: the journal holds {recorded!r} but the code "
-            f"now does {attempted!r}.{where}\nThe code or its inputs changed since the turn "
-            "ran; deploy the version that wrote it, or start a new turn.",
+            f"turn {self.turn_id!r} step {step}: {what}{where}\nThe code or its inputs changed "
+            "since the turn ran; deploy the version that wrote it, or start a new turn.",
             position=f"turn {self.turn_id} step {step}",
             recorded=recorded,
             attempted=attempted,
