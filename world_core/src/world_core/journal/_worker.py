@@ -23,7 +23,8 @@ step it stopped at) that :meth:`Client.wait <world_core.Client.wait>` raises as
   limit if lower);
 * a ``never`` call of another worker that may still be running
   (:class:`CallInFlightError`): the turn is re-queued to resume once that call's deadline has
-  passed, holding no worker meanwhile.
+  passed, holding no worker meanwhile (on the queue's last delivery, where a release would
+  dead-letter it, its failure is recorded instead).
 
 On SIGTERM or SIGINT, :meth:`Worker.run` stops claiming at once (a claim waiting for work is
 cancelled; a message claimed as the signal came is released), gives the running turn
@@ -360,7 +361,9 @@ class Worker:
             failure = journal.failure
             text = f"{failure.get('error_type')}: {failure.get('error')}"
             return TurnResult(session_id, turn_id, "failed", error=text, **counts)
-        if isinstance(error, CallInFlightError):
+        if isinstance(error, CallInFlightError) and lease.attempt < lease.max_attempts:
+            # (On the queue's last delivery a release would dead-letter the turn, unrecorded:
+            # it falls through to recording its failure.)
             log.info("turn %s/%s: %s", session_id, turn_id, error)
             await self._settle(current, ack=False, delay=error.retry_after)
             return TurnResult(session_id, turn_id, "waiting", error=_describe(error), **counts)
