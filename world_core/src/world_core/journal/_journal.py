@@ -91,6 +91,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 from pydantic_core import to_jsonable_python
 
 from world_core.errors import (
@@ -803,6 +804,10 @@ class Journal:
         tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]]
         | None = None,
     ) -> dict[str, Any]:
+        # Every journal write is shielded, so a model client or tool that never awaits would
+        # give a cancelled turn (a lost lease, the grace after SIGTERM) no point to stop at:
+        # each step is one.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         n = self._claim_position(kind, name, digest, preview, parts)
         try:
             return await self._take(n, kind, name, digest, preview, replay, run, parts, tool_run)
