@@ -382,6 +382,7 @@ class Journal:
         self._clock = clock
         self._lease_held = lease_held
         self._broken: BaseException | None = None
+        self._raised: tuple[BaseException, int] | None = None  # a recorded error, its step
         self.model_calls = 0
         self.tool_runs = 0
         self.replayed = 0
@@ -513,11 +514,13 @@ class Journal:
             "model", "model", digest_of(payload), preview, "safe", run, parts=(parts, payload)
         )
         if "error" in result:
-            raise ModelReplyError(
+            unusable = ModelReplyError(
                 f"turn {self.turn_id!r} step {self._next - 1}: {result['error']} (recorded; "
                 "the request is not sent again)",
                 raw=str(result.get("raw", "")),
             )
+            self._raised = (unusable, self._next - 1)
+            raise unusable
         return ModelReply.model_validate(result["output"])
 
     async def call(self, tool: Tool, arguments: dict[str, Any]) -> Any:
@@ -532,21 +535,25 @@ class Journal:
         args = tool.parse(arguments)
         step = self._next
         result = await self._tool_step(tool, raw, args)
+        failed: ToolError | None = None
         if result.get("interrupted"):
-            raise PossiblyRanError(
+            failed = PossiblyRanError(
                 f"{tool.name} (step {step}) may or may not have happened: {POSSIBLY_RAN}",
                 tool=tool.name,
                 step=step,
                 error=POSSIBLY_RAN,
                 idempotency_key=str(result.get("key", self.idempotency_key(step))),
             )
-        if "error" in result:
-            raise ToolError(
+        elif "error" in result:
+            failed = ToolError(
                 f"{tool.name} (step {step}) failed: {result['error']}",
                 tool=tool.name,
                 step=step,
                 error=str(result["error"]),
             )
+        if failed is not None:
+            self._raised = (failed, step)
+            raise failed
         return result["output"]
 
     async def tool(self, tool: Tool, call: ToolCall) -> str:
@@ -644,6 +651,8 @@ class Journal:
             "attempts": attempts,
             "step": self._next if self._turn.steps or self._next else None,
         }
+        if self._raised is not None and self._raised[0] is error:
+            record["step"] = self._raised[1]  # the step whose recorded outcome is this error
         try:
             await self._write([self._event("failure", record)])
         except DuplicateKeyError as exc:
