@@ -8,6 +8,7 @@ by the factory is changed, in plain sight.
 from __future__ import annotations
 
 import inspect
+import os
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
@@ -344,3 +345,33 @@ async def slow(*, url: str | None = None, namespace: str = "default") -> World:
     world.queue = cast(Queue, _Slow(world.inner.queue))
     world.stream = cast(Stream, _Slow(world.inner.stream))
     return world
+
+
+class _ProcessPrivate(Wrapper):
+    """Not a fault when declared: the local World in a folder of its own per process, so a
+    child process never sees what its parent wrote (as an in-memory World would)."""
+
+    def __init__(self, inner: World, *, declared_shared: bool) -> None:
+        super().__init__(inner)
+        self._declared_shared = declared_shared
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities.model_copy(update={"shared": self._declared_shared})
+
+
+async def _process_private(url: str | None, namespace: str, *, shared: bool) -> World:
+    folder = None if url is None else f"{url}/pid-{os.getpid()}"
+    return _ProcessPrivate(await _local(folder, namespace), declared_shared=shared)
+
+
+async def process_private(*, url: str | None = None, namespace: str = "default") -> World:
+    """Honest: one process at a time (``shared=False``); process contracts must skip."""
+    return await _process_private(url, namespace, shared=False)
+
+
+async def process_private_claims_shared(
+    *, url: str | None = None, namespace: str = "default"
+) -> World:
+    """Fault: process-private storage declared ``shared=True``; process contracts fail."""
+    return await _process_private(url, namespace, shared=True)

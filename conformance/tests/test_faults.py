@@ -88,3 +88,33 @@ def test_slow_world_still_passes(pytester: pytest.Pytester, test: str) -> None:
     """The contracts assert outcomes, not speed: a World delaying every call still passes."""
     pytester.makepyfile(test_faulty=CLASS.format(name="faulty_worlds:slow"))
     _run(pytester, test).assert_outcomes(passed=1)
+
+
+def test_process_contracts_skip_when_not_shared(pytester: pytest.Pytester) -> None:
+    """``shared=False`` skips every test marked ``world_process`` (the journal's worker
+    processes included), with the reason, instead of failing it."""
+    pytester.makepyfile(test_faulty=CLASS.format(name="faulty_worlds:process_private"))
+    args = ["-p", "no:cacheprovider", "-W", "error", "-v", "-rs", "-m", "world_process"]
+    result = pytester.runpytest(*args)
+    outcomes = result.parseoutcomes()
+    assert set(outcomes) - {"deselected", "warnings"} == {"skipped"}, outcomes
+    result.stdout.fnmatch_lines(["*Capabilities.shared is false (one process at a time)*"])
+    for test in (
+        "test_process_claimers_never_share",
+        "test_journal_crash_matrix",
+        "test_journal_wrong_label_duplicates",
+        "test_journal_code_change_raises_nondeterminism",
+        "test_journal_paused_worker_call_in_flight",
+        "test_journal_sigterm_stops_claiming",
+    ):
+        result.stdout.fnmatch_lines([f"*::{test}* SKIPPED*"])
+
+
+def test_process_contracts_catch_a_private_store_declared_shared(
+    pytester: pytest.Pytester,
+) -> None:
+    """The control: the same process-private store declaring ``shared=True`` fails them."""
+    pytester.makepyfile(
+        test_faulty=CLASS.format(name="faulty_worlds:process_private_claims_shared")
+    )
+    _run(pytester, "test_process_claimers_never_share").assert_outcomes(failed=1)
