@@ -161,6 +161,7 @@ MAX_TURN_ID_BYTES = 256
 
 _PREVIEW_CHARS = 300
 _PENDING_FLUSH_BYTES = 1024 * 1024  # deferred outcomes are written once they reach this
+_STEP_BYTES = 2 * 1024 * 1024  # staged values above this in all go to blobs, however small each
 _ERROR_CHARS = 2000
 assert 5 + MAX_TURN_ID_BYTES + 6 + 10 + 7 + MAX_STATE_NAME_BYTES <= MAX_ID_BYTES
 
@@ -566,6 +567,8 @@ class Journal:
             arguments = json.loads(call.arguments or "{}")
             if not isinstance(arguments, dict):
                 raise ValueError("arguments must be a JSON object")
+            if not _finite(arguments):  # Python reads NaN, Infinity, 1e999; JSON cannot hold them
+                raise ValueError("arguments must hold finite numbers (no NaN, Infinity, 1e999)")
             args = tool.parse(arguments)
         except (ValueError, InvalidArgumentError) as exc:
             return f"Error: {exc}"
@@ -968,10 +971,15 @@ class Journal:
         else:
             body["result"] = result
         events = [self._event("outcome", body, n)]
+        # Values small enough alone can be too many for one append (8 MiB, with the deferred
+        # batch it may join): then every one goes to a blob, and the outcome still fits.
+        threshold = self._blob_threshold
+        if sum(len(canonical_json(value)) for value in staged.values()) > _STEP_BYTES:
+            threshold = 0
         for state_name, value in staged.items():
 
             async def store(value: Any = value) -> dict[str, Any]:
-                return await stored_value(self._blobs, value, self._blob_threshold)
+                return await stored_value(self._blobs, value, threshold)
 
             stored = await self._retrying(store)
             events.append(self._event(f"state/{state_name}", _state_event(state_name, stored), n))
@@ -1007,6 +1015,15 @@ class Journal:
             return loaded
         result: dict[str, Any] = outcome["result"]
         return result
+
+
+def _finite(value: object) -> bool:
+    """True if ``value`` (parsed JSON) has a canonical JSON form: no NaN or infinity in it."""
+    try:
+        canonical_json(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _describe(error: BaseException) -> str:
