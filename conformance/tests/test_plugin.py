@@ -116,10 +116,65 @@ def test_pyargs_runs_the_selected_world(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["local*log*1*0*0*0*0*0"])
 
 
-def test_pyargs_without_world_skips(pytester: pytest.Pytester) -> None:
+def test_pyargs_without_world_skips_and_fails(pytester: pytest.Pytester) -> None:
     result = _run(pytester, "--pyargs", "world_conformance", "-rs", "-k", ONE)
     result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*no World selected*--world NAME*"])
+    result.stdout.fnmatch_lines(["*every contract test was skipped, nothing was checked*"])
+
+
+def test_all_skipped_for_want_of_a_server_fails_naming_the_variable(
+    pytester: pytest.Pytester,
+) -> None:
+    """``--world NAME`` with no URL for a World that needs a server: every contract skips,
+    and the run exits 1 naming the variable to set, instead of passing."""
+    result = _run(pytester, "--pyargs", "world_conformance", "--world", "faulty_worlds:lifo")
+    outcomes = result.parseoutcomes()
+    assert set(outcomes) - {"deselected"} == {"skipped"}, outcomes
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*every contract test was skipped, nothing was checked*",
+            "*skipped because: no server for World 'faulty_worlds': set "
+            "WORLD_TEST_FAULTY_WORLDS_URL*",
+            "*for faulty_worlds:lifo: set WORLD_TEST_FAULTY_WORLDS_URL (or pass --world-url)*",
+        ]
+    )
+
+
+def test_some_skipped_some_run_passes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_w=_class("local") + "\n" + _class("no_such_world", class_name="TestOther")
+    )
+    result = _run(pytester, "-k", ONE)
+    result.assert_outcomes(passed=1, skipped=1)
+    assert result.ret == pytest.ExitCode.OK
+
+
+SERVERLESS = """
+import world_local
+
+async def connect(*, url=None, namespace="default"):
+    return await world_local.connect(url=url, namespace=namespace)
+
+connect.needs_server = False
+"""
+
+
+def test_world_declaring_no_server_runs_without_url(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``needs_server = False`` on the factory: the one-liner runs with no URL (a temporary
+    folder is handed to it), and ``WORLD_TEST_<NAME>_URL`` still wins when set."""
+    pytester.makepyfile(serverless_world=SERVERLESS)
+    monkeypatch.syspath_prepend(str(pytester.path))
+    args = ("--pyargs", "world_conformance", "--world", "serverless_world:connect", "-k", ONE)
+    _run(pytester, *args).assert_outcomes(passed=1)
+    chosen = pytester.path / "chosen"
+    monkeypatch.setenv("WORLD_TEST_SERVERLESS_WORLD_URL", str(chosen))
+    _run(pytester, *args).assert_outcomes(passed=1)
+    assert chosen.exists(), "WORLD_TEST_SERVERLESS_WORLD_URL was not used"
 
 
 def test_loading_the_plugin_imports_no_driver() -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "Provisioner",
     "Unavailable",
     "env_var",
+    "needs_server",
     "required_names",
     "server_key",
 ]
@@ -63,8 +64,10 @@ class Provisioner:
     Order per backend: ``local`` gets a temporary folder (``WORLD_TEST_LOCAL_URL`` if set);
     ``turso`` gets ``WORLD_TEST_TURSO_URL``, else ``file:<tmp>/world.db``; ``postgres``,
     ``redis`` and ``mongo`` get a container (postgres:16, redis:7, mongo:7) when a Docker
-    daemon answers, else ``WORLD_TEST_<NAME>_URL``; any other backend gets
-    ``WORLD_TEST_<NAME>_URL``. Failing all, :class:`Unavailable` says what to set.
+    daemon answers, else ``WORLD_TEST_<NAME>_URL``; a World whose factory declares
+    ``needs_server = False`` gets ``WORLD_TEST_<NAME>_URL`` if set, else a temporary folder;
+    any other backend gets ``WORLD_TEST_<NAME>_URL``. Failing all, :class:`Unavailable` says
+    what to set.
     """
 
     def __init__(self, make_temp_dir: Callable[[str], Path]) -> None:
@@ -74,8 +77,11 @@ class Provisioner:
         self._docker_checked = False
         self._containers: list[Any] = []
 
-    def url(self, server: str) -> str:
+    def url(self, server: str, *, needs_server: bool = True) -> str:
         """The URL for a provisioning name (see :func:`server_key`).
+
+        ``needs_server=False`` (the World's factory declares it, see :func:`needs_server`):
+        ``WORLD_TEST_<NAME>_URL`` if set, else a temporary folder, as for ``local``.
 
         Raises:
             Unavailable: no server for it; the message names the variable to set.
@@ -83,7 +89,7 @@ class Provisioner:
         result = self._results.get(server)
         if result is None:
             try:
-                result = _Result(url=self._provide(server))
+                result = _Result(url=self._provide(server, needs_server=needs_server))
             except Unavailable as exc:
                 result = _Result(reason=str(exc))
             self._results[server] = result
@@ -100,9 +106,11 @@ class Provisioner:
             except Exception as exc:  # teardown must stop the others too
                 warnings.warn(f"could not stop test container: {exc}", stacklevel=1)
 
-    def _provide(self, server: str) -> str:
+    def _provide(self, server: str, *, needs_server: bool = True) -> str:
         variable = env_var(server)
         from_env = os.environ.get(variable, "").strip()
+        if not needs_server and server not in CONTAINER_IMAGES and server != "turso":
+            return from_env or str(self._make_temp_dir(f"world-{server}"))
         if server == "local":
             return from_env or str(self._make_temp_dir("world-local"))
         if server == "turso":
@@ -121,7 +129,8 @@ class Provisioner:
             return from_env
         raise Unavailable(
             f"no server for World {server!r}: set {variable}, pass --world-url, "
-            "or override the world_url fixture in the test class"
+            "or override the world_url fixture in the test class (a World that needs no "
+            "server declares it on its factory: connect.needs_server = False)"
         )
 
     def _docker_unavailable(self) -> str | None:
@@ -183,3 +192,15 @@ def _probe_docker() -> str | None:
         finally:
             gc.collect()
     return None
+
+
+def needs_server(factory: object) -> bool:
+    """Whether a World's factory needs a server from the provisioner.
+
+    A World that keeps its data in memory or in files declares ``needs_server = False`` on
+    its factory (``connect.needs_server = False`` after ``async def connect``); the plugin
+    then hands it ``WORLD_TEST_<NAME>_URL`` if set, else a fresh temporary folder (an
+    in-memory World ignores it, a file World keeps its files there), and
+    ``pytest --pyargs world_conformance --world NAME`` runs with no URL at all.
+    """
+    return getattr(factory, "needs_server", True) is not False

@@ -20,6 +20,11 @@ Environment:
     ``WORLD_TEST_<NAME>_URL``: a server per backend; ``WORLD_REQUIRE``: backends
     (comma-separated, or ``all``) whose missing server fails the test instead of skipping it.
 
+A run in which every contract test was skipped (no World selected, not installed, no server)
+checked nothing: it exits with status 1 and says what to set, instead of looking green. A
+World that needs no server says so on its factory (``connect.needs_server = False``) and gets
+a temporary folder, so ``pytest --pyargs world_conformance --world NAME`` needs no URL.
+
 Loading this module imports no database driver, Docker client or testcontainers.
 """
 
@@ -33,7 +38,14 @@ from typing import NoReturn
 import pytest
 
 from world_conformance._base import ContractBase
-from world_conformance._provision import Provisioner, Unavailable, required_names, server_key
+from world_conformance._provision import (
+    Provisioner,
+    Unavailable,
+    env_var,
+    needs_server,
+    required_names,
+    server_key,
+)
 from world_conformance._support import fresh_namespace
 from world_conformance._target import WorldTarget
 from world_core import World, resolve_world
@@ -165,6 +177,26 @@ class _Reporter:
 
     def __init__(self, tally: _Tally) -> None:
         self.tally = tally
+        self.all_skipped = False
+
+    def _explain_all_skipped(self, terminalreporter: pytest.TerminalReporter) -> None:
+        tally = self.tally
+        worlds = sorted({tally.where[nodeid][0] for nodeid in tally.outcome})
+        terminalreporter.write_sep(
+            "!", "world conformance: every contract test was skipped, nothing was checked"
+        )
+        write = terminalreporter.write_line
+        for reason in sorted(set(tally.reason.values())):
+            write(f"  skipped because: {reason}")
+        for world in worlds:
+            if world == "(no --world)":
+                write("  select a World: pass --world NAME, or set world_name on the test class")
+                continue
+            write(
+                f"  for {world}: set {env_var(server_key(world))} (or pass --world-url), or, if "
+                "it needs no server, declare needs_server = False on its factory"
+            )
+        write("  exit status 1: a run that checked nothing must not pass")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         tally = self.tally
@@ -187,10 +219,18 @@ class _Reporter:
         elif report.failed and tally.outcome.get(report.nodeid) != "failed":
             tally.outcome[report.nodeid] = "error"
 
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        outcomes = self.tally.outcome.values()
+        if exitstatus == pytest.ExitCode.OK and outcomes and set(outcomes) == {"skipped"}:
+            self.all_skipped = True
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         tally = self.tally
         if not tally.outcome:
             return
+        if self.all_skipped:
+            self._explain_all_skipped(terminalreporter)
         counts: dict[tuple[str, str], Counter[str]] = {}
         reasons: Counter[tuple[str, str, str]] = Counter()
         for nodeid, outcome in tally.outcome.items():
@@ -233,6 +273,7 @@ def world_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provisio
 
 
 _INSTALLED: dict[str, str | None] = {}
+_NEEDS_SERVER: dict[str, bool] = {}
 
 
 @pytest.fixture
@@ -244,8 +285,9 @@ def world_name(request: pytest.FixtureRequest) -> str:
         pytest.skip("no World selected: set world_name on the test class or pass --world NAME")
     if name not in _INSTALLED:
         try:
-            resolve_world(name)
+            _, factory = resolve_world(name)
             _INSTALLED[name] = None
+            _NEEDS_SERVER[name] = needs_server(factory)
         except ConfigurationError as exc:
             _INSTALLED[name] = str(exc)
     problem = _INSTALLED[name]
@@ -261,7 +303,9 @@ def world_url(request: pytest.FixtureRequest, world_name: str, world_servers: Pr
     if isinstance(given, str) and given:
         return given
     try:
-        return world_servers.url(server_key(world_name))
+        return world_servers.url(
+            server_key(world_name), needs_server=_NEEDS_SERVER.get(world_name, True)
+        )
     except Unavailable as exc:
         _unavailable(world_name, str(exc))
 
