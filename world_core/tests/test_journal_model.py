@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from world_core import (
@@ -32,7 +33,9 @@ from world_core.errors import (
     ConfigurationError,
     InvalidArgumentError,
     ModelReplyError,
+    TurnFailedError,
 )
+from world_core.journal._client import turn_message
 
 pytestmark = pytest.mark.anyio
 
@@ -545,3 +548,67 @@ def test_retry_budget_variable_is_checked(monkeypatch: pytest.MonkeyPatch, budge
     with pytest.raises(ConfigurationError, match="WORKFLOW_MODEL_RETRY_BUDGET") as caught:
         OpenAIChatModel.from_env()
     assert KEY not in str(caught.value)
+
+
+# -- journal and worker over the loopback server ---------------------------------------------------
+
+
+@pytest.mark.parametrize("first", ["worker", "crashed-after-recording"])
+async def test_an_unusable_reply_is_billed_once_across_redeliveries(
+    world: World, server: ChatServer, first: str
+) -> None:
+    """A 200 that is not a chat completion was paid for: the journal records it, the turn
+    fails, and no delivery of the turn sends the request again."""
+    model = OpenAIChatModel(base_url=server.base_url, api_key=KEY, model="garbage")
+    agent = Agent(model=model, tools=[tool(lookup, replay="safe")])
+    client = Client(world)
+    turn = await client.submit("s", "When is the launch?")
+    worker = Worker(world, agent, lease=10, crash=None, max_attempts=5)
+    try:
+        with anyio.fail_after(20):
+            if first == "crashed-after-recording":
+                # A worker recorded the unusable reply and died before recording the failure.
+                with pytest.raises(ModelReplyError):
+                    await agent.run_turn(await Journal.open(world, "s", turn))
+                assert len(server.requests) == 1
+            result = await worker.run_once(wait=5)
+            assert result is not None
+            assert result.status == "failed"
+            with pytest.raises(TurnFailedError) as caught:
+                await client.wait("s", turn, timeout=20)
+            # The turn's message delivered once more (a duplicate, a redelivery).
+            await world.queue.enqueue("turns", turn_message("s", turn))
+            again = await worker.run_once(wait=5)
+            assert again is not None
+            assert again.status == "failed"
+            assert await worker.run_once() is None
+    finally:
+        await model.aclose()
+    assert len(server.requests) == 1
+    assert caught.value.error_type == "ModelReplyError"
+    assert caught.value.attempts == 1
+    assert caught.value.step == 0
+    assert "not a chat completion" in caught.value.error
+    assert await client.status("s", turn) == "failed"
+
+
+async def test_429_and_5xx_inside_the_model_client_use_no_turn_attempt(
+    world: World, server: ChatServer, models: ModelFactory
+) -> None:
+    """The client waits out 429s and 5xx itself; the worker never sees them, so a worker
+    allowed a single attempt still finishes the turn."""
+    busy = {"Retry-After": "0"}
+    server.script = [Canned(429, OVERLOADED, busy), Canned(429, OVERLOADED, busy)]
+    server.script.append(Canned(503, OVERLOADED, busy))
+    agent = Agent(model=models(retry_budget=10.0), tools=[tool(lookup, replay="safe")])
+    client = Client(world)
+    turn = await client.submit("s", "When is the launch?")
+    with anyio.fail_after(20):
+        result = await Worker(world, agent, lease=10, crash=None, max_attempts=1).run_once(wait=5)
+    assert result is not None
+    assert result.status == "done"
+    assert result.reply == "The note: launch is on Thursday"
+    assert result.model_calls == 2
+    assert len(server.requests) == 5  # three refused, then the tool call and the answer
+    assert await client.status("s", turn) == "done"
+    assert await world.queue.claim("turns", "probe", lease=5) == []
