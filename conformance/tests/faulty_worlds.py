@@ -375,3 +375,18 @@ async def process_private_claims_shared(
 ) -> World:
     """Fault: process-private storage declared ``shared=True``; process contracts fail."""
     return await _process_private(url, namespace, shared=True)
+
+
+class _DeafWatch(_LogFault):
+    """Fault: ``watch`` yields what exists when it starts, then is never woken again."""
+
+    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        for event in await self.inner.read(log_id, after=after):
+            yield event
+        await anyio.sleep_forever()
+
+
+async def deaf_watch(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.log = _DeafWatch(world.inner.log)
+    return world

@@ -6,7 +6,12 @@ control run) and fails on the local World with one behaviour broken.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+from world_conformance._support import CLAIMABLE, claim_one
+from world_core import open_world
 
 CLASS = """
 import pytest
@@ -118,3 +123,32 @@ def test_process_contracts_catch_a_private_store_declared_shared(
         test_faulty=CLASS.format(name="faulty_worlds:process_private_claims_shared")
     )
     _run(pytester, "test_process_claimers_never_share").assert_outcomes(failed=1)
+
+
+def test_unwoken_watch_fails_naming_the_guarantee(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watch never woken by appends fails at the suite's bound (here 2 s) with the
+    guarantee it broke, not a bare timeout of the whole test."""
+    monkeypatch.setenv("WORLD_CONFORMANCE_WAIT", "2")
+    pytester.makepyfile(test_faulty=CLASS.format(name="faulty_worlds:deaf_watch"))
+    test = "test_faulty.py::TestFaulty::test_log_watch_after_and_wakeup"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", test)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*AssertionError: watch(after=3) waiting at the tail is woken by later appends: "
+            "only 0 of 2 items arrived within 2.0 s*"
+        ]
+    )
+
+
+@pytest.mark.anyio
+async def test_claim_one_names_the_guarantee(tmp_path: Path) -> None:
+    """``claim_one`` on an empty queue says what was expected, not ``got []``."""
+    async with open_world("local", url=str(tmp_path), namespace="wc_claim") as world:
+        with pytest.raises(AssertionError) as caught:
+            await claim_one(world, "q", "w", lease=5.0)
+    message = str(caught.value)
+    assert message.startswith(CLAIMABLE), message
+    assert "Queue.claim('q', limit=1) by 'w' returned nothing, expected exactly one" in message

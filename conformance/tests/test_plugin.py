@@ -252,3 +252,19 @@ def test_provisioner_without_docker_uses_env_else_says_what_to_set(
     monkeypatch.delenv("WORLD_TEST_ACME_URL", raising=False)
     with pytest.raises(Unavailable, match="WORLD_TEST_ACME_URL"):
         provisioner.url("acme")
+
+
+def test_skip_known_gaps_when_asked(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Known gaps run as strict xfails, unless --world-skip-known-gaps or
+    WORLD_SKIP_KNOWN_GAPS=1 asks to skip them (a slow gap need not be waited for)."""
+    body = f"    known_gaps = {{{ONE!r}: 'pretend it is slow'}}"
+    pytester.makepyfile(test_w=_class("local", body=body))
+    result = _run(pytester, "-rs", "--world-skip-known-gaps", f"test_w.py::TestW::{ONE}")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*known gap, not run (--world-skip-known-gaps*pretend it is slow"])
+    monkeypatch.setenv("WORLD_SKIP_KNOWN_GAPS", "1")
+    _run(pytester, f"test_w.py::TestW::{ONE}").assert_outcomes(skipped=1)
+    monkeypatch.delenv("WORLD_SKIP_KNOWN_GAPS")
+    _run(pytester, f"test_w.py::TestW::{ONE}").assert_outcomes(failed=1)  # strict XPASS

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from world_conformance._base import ContractBase
-from world_conformance._support import take
+from world_conformance._support import take, within
 from world_conformance._target import WorldTarget
 from world_core import (
     ConflictError,
@@ -121,7 +121,7 @@ class LogContract(ContractBase):
                 tails[(task, round_)] = await target.log.append("dense", events)
 
         async with world_target.open() as second:
-            with anyio.fail_after(60):
+            with within("many tasks appending on two connections"):
                 async with anyio.create_task_group() as group:
                     for task in range(tasks):
                         group.start_soon(appender, world if task % 2 else second, task)
@@ -394,14 +394,15 @@ class LogContract(ContractBase):
         seen: list[Event] = []
 
         async def watcher() -> None:
-            seen.extend(await take(world.log.watch("w"), 7))
+            what = "watch before the log existed sees all 7 events, woken by appends of other tasks"
+            seen.extend(await take(world.log.watch("w"), 7, what=what))
 
         async def appender(tag: str) -> None:
             for round_ in range(3):
                 await world.log.append("w", _events(f"{tag}{round_}".encode()))
                 await anyio.sleep(0.01)
 
-        with anyio.fail_after(60):
+        with within("a watcher and two appenders (watch before the log exists)"):
             async with anyio.create_task_group() as group:
                 group.start_soon(watcher)
                 await anyio.sleep(0.1)
@@ -423,7 +424,8 @@ class LogContract(ContractBase):
         watched: list[list[Event]] = [[], []]
 
         async def watcher(index: int, target: World) -> None:
-            watched[index] = await take(target.log.watch("busy"), total, bound=60)
+            what = f"watch on connection {index} sees every event of concurrent appends, in order"
+            watched[index] = await take(target.log.watch("busy"), total, bound=60, what=what)
 
         async def appender(target: World, task: int) -> None:
             for round_ in range(rounds):
@@ -431,7 +433,7 @@ class LogContract(ContractBase):
                 await target.log.append("busy", pair)
 
         async with world_target.open() as second:
-            with anyio.fail_after(90):
+            with within("two watchers following concurrent appenders", 90):
                 async with anyio.create_task_group() as group:
                     group.start_soon(watcher, 0, world)
                     group.start_soon(watcher, 1, second)
@@ -447,15 +449,16 @@ class LogContract(ContractBase):
     async def test_log_watch_after_and_wakeup(self, world: World) -> None:
         await world.log.append("w", _events(b"1", b"2", b"3"))
         watch = world.log.watch("w", after=2)
-        first = await take(watch, 1)
+        first = await take(watch, 1, what="watch(after=2) yields the existing event 3 at once")
         assert first == [Event(seq=3, data=b"3")]
         watch = world.log.watch("w", after=3)
         got: list[Event] = []
 
         async def follow() -> None:
-            got.extend(await take(watch, 2))
+            what = "watch(after=3) waiting at the tail is woken by later appends"
+            got.extend(await take(watch, 2, what=what))
 
-        with anyio.fail_after(60):
+        with within("a watcher at the tail and two appends"):
             async with anyio.create_task_group() as group:
                 group.start_soon(follow)
                 await anyio.sleep(0.1)
@@ -465,9 +468,10 @@ class LogContract(ContractBase):
         ahead: list[Event] = []
 
         async def follow_ahead() -> None:
-            ahead.extend(await take(world.log.watch("w", after=7), 1))
+            what = "watch(after=7) beyond the tail waits, then yields event 8 once it exists"
+            ahead.extend(await take(world.log.watch("w", after=7), 1, what=what))
 
-        with anyio.fail_after(60):
+        with within("a watcher beyond the tail and one append"):
             async with anyio.create_task_group() as group:
                 group.start_soon(follow_ahead)
                 await anyio.sleep(0.1)

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from world_conformance._base import ContractBase
-from world_conformance._support import WAIT, eventually
+from world_conformance._support import CLAIMABLE, WAIT, claim_one, eventually
 from world_conformance._target import WorldTarget
 from world_core import (
     DeadLetter,
@@ -34,10 +34,10 @@ LONG = 120.0
 """A lease meant to outlive the test."""
 
 
-async def _claim_one(world: World, queue: str, worker: str, lease: float = LONG) -> Lease:
-    leases = await world.queue.claim(queue, worker, lease=lease)
-    assert len(leases) == 1, f"expected one message on {queue!r}, got {leases!r}"
-    return leases[0]
+async def _claim_one(
+    world: World, queue: str, worker: str, lease: float = LONG, *, what: str = CLAIMABLE
+) -> Lease:
+    return await claim_one(world, queue, worker, lease=lease, what=what)
 
 
 async def _reclaim(world: World, queue: str, worker: str, lease: float = LONG) -> Lease:

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from world_conformance._base import ContractBase
-from world_conformance._support import drain, take
+from world_conformance._support import drain, take, within
 from world_conformance._target import WorldTarget
 from world_core import Chunk, ClosedError, ConflictError, InvalidArgumentError, StreamInfo, World
 
@@ -100,7 +100,7 @@ class StreamContract(ContractBase):
         async def reader() -> None:
             got.extend(await drain(world.stream.read("s")))
 
-        with anyio.fail_after(60):
+        with within("a reader started before the writer follows it to the close"):
             async with anyio.create_task_group() as group:
                 group.start_soon(reader)
                 await anyio.sleep(0.1)
@@ -118,7 +118,7 @@ class StreamContract(ContractBase):
         async def reader() -> None:
             got.extend(await drain(world.stream.read("s", start=1)))
 
-        with anyio.fail_after(60):
+        with within("a reader waiting at the tail ends when the stream is closed"):
             async with anyio.create_task_group() as group:
                 group.start_soon(reader)
                 await anyio.sleep(0.2)
@@ -136,7 +136,7 @@ class StreamContract(ContractBase):
         async def reader() -> None:
             resumed.extend(await drain(stream.read("s", start=first[-1].index + 1)))
 
-        with anyio.fail_after(60):
+        with within("a reader resumed from an index misses nothing and ends on close"):
             async with anyio.create_task_group() as group:
                 group.start_soon(reader)
                 await anyio.sleep(0.1)
@@ -161,7 +161,7 @@ class StreamContract(ContractBase):
         async def reader() -> None:
             got.extend(await drain(world.stream.read("s", start=-3)))
 
-        with anyio.fail_after(60):
+        with within("read(start=-3) before the stream exists waits, then follows"):
             async with anyio.create_task_group() as group:
                 group.start_soon(reader)
                 await anyio.sleep(0.1)
@@ -177,7 +177,7 @@ class StreamContract(ContractBase):
         async def reader() -> None:
             got.extend(await drain(world.stream.read("s", start=4)))
 
-        with anyio.fail_after(60):
+        with within("read(start=) beyond the end waits for that chunk, then follows"):
             async with anyio.create_task_group() as group:
                 group.start_soon(reader)
                 await anyio.sleep(0.1)
@@ -204,7 +204,7 @@ class StreamContract(ContractBase):
                 if started_after_close:
                     late.append(next_index)
 
-        with anyio.fail_after(60):
+        with within("writers racing a close all finish (written or ClosedError)"):
             async with anyio.create_task_group() as group:
                 for name in range(4):
                     group.start_soon(writer, name)
@@ -247,7 +247,7 @@ class StreamContract(ContractBase):
 
         async with world_target.open() as second, anyio.create_task_group() as outer:
             outer.start_soon(follower)
-            with anyio.fail_after(60):
+            with within("concurrent writers with expect_next and a follower finish"):
                 async with anyio.create_task_group() as group:
                     for name in range(writers):
                         group.start_soon(writer, world if name % 2 else second, name)

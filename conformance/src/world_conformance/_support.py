@@ -1,20 +1,43 @@
-"""Small helpers the contracts share: bounded waits, iterator draining, fresh namespaces."""
+"""Small helpers the contracts share: bounded waits, iterator draining, fresh namespaces.
+
+Every helper that can fail says which guarantee was broken (its ``what``), so a failure reads
+without the test's source: ``watch('w') before the log existed, woken by appends from other
+tasks: only 3 of 7 items arrived within 20 s`` rather than a bare timeout.
+"""
 
 from __future__ import annotations
 
+import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-__all__ = ["WAIT", "aclose", "drain", "eventually", "fresh_namespace", "take"]
+if TYPE_CHECKING:
+    from world_core import Lease, World
+
+__all__ = [
+    "WAIT",
+    "aclose",
+    "claim_one",
+    "drain",
+    "eventually",
+    "fresh_namespace",
+    "take",
+    "within",
+]
 
 T = TypeVar("T")
 
-WAIT = 20.0
+WAIT = float(os.environ.get("WORLD_CONFORMANCE_WAIT", "") or 20.0)
 """Upper bound, in seconds, of any single wait in the suite. A bound, never an expectation:
-a healthy backend answers in milliseconds; this only keeps a broken one from hanging the run."""
+a healthy backend answers in milliseconds; this only keeps a broken one from hanging the run.
+``WORLD_CONFORMANCE_WAIT`` changes it (raise it for a distant server, lower it to see a
+failing wait sooner)."""
+
+_NO_ITEMS = "the iterator"
 
 
 def fresh_namespace() -> str:
@@ -29,10 +52,13 @@ async def aclose(iterator: AsyncIterator[object]) -> None:
         await closer()
 
 
-async def take(iterator: AsyncIterator[T], count: int, *, bound: float = WAIT) -> list[T]:
+async def take(
+    iterator: AsyncIterator[T], count: int, *, bound: float = WAIT, what: str = _NO_ITEMS
+) -> list[T]:
     """The next ``count`` items of ``iterator`` (fewer only if it ends), then close it.
 
-    Fails the test when they do not arrive within ``bound`` seconds.
+    Fails the test, naming ``what`` (the guarantee the items stand for), when they do not
+    arrive within ``bound`` seconds, or when closing the iterator then hangs.
     """
     items: list[T] = []
     try:
@@ -44,14 +70,17 @@ async def take(iterator: AsyncIterator[T], count: int, *, bound: float = WAIT) -
                     break
     except TimeoutError as exc:
         raise AssertionError(
-            f"only {len(items)} of {count} items arrived within {bound} s: {items!r}"
+            f"{what}: only {len(items)} of {count} items arrived within {bound} s "
+            f"(never woken, or stuck): {_preview(items)}"
         ) from exc
     finally:
-        await aclose(iterator)
+        await _bounded_close(iterator, what, bound)
     return items
 
 
-async def drain(iterator: AsyncIterator[T], *, bound: float = WAIT) -> list[T]:
+async def drain(
+    iterator: AsyncIterator[T], *, bound: float = WAIT, what: str = _NO_ITEMS
+) -> list[T]:
     """Every item of an iterator that must end (a closed stream's reader)."""
     items: list[T] = []
     try:
@@ -60,11 +89,66 @@ async def drain(iterator: AsyncIterator[T], *, bound: float = WAIT) -> list[T]:
                 items.append(item)
     except TimeoutError as exc:
         raise AssertionError(
-            f"the iterator did not end within {bound} s after {len(items)} items"
+            f"{what}: the iterator did not end within {bound} s after {len(items)} items "
+            f"(a closed stream's reader must end): {_preview(items)}"
         ) from exc
     finally:
-        await aclose(iterator)
+        await _bounded_close(iterator, what, bound)
     return items
+
+
+async def _bounded_close(iterator: AsyncIterator[object], what: str, bound: float) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(bound) as scope:
+        await aclose(iterator)
+    if scope.cancelled_caught:
+        raise AssertionError(f"{what}: closing the iterator (aclose) hung for {bound} s")
+
+
+def _preview(items: list[T]) -> str:
+    text = repr(items)
+    return text if len(text) <= 600 else f"{text[:600]}... ({len(items)} items)"
+
+
+@contextmanager
+def within(what: str, bound: float = WAIT * 3) -> Iterator[None]:
+    """Bound a block (often a task group) and fail naming the guarantee, not a bare timeout.
+
+    A single failure inside a task group is raised as itself rather than as a group of one.
+    """
+    try:
+        with anyio.fail_after(bound):
+            yield
+    except TimeoutError as exc:
+        raise AssertionError(f"{what}: not done within {bound} s") from exc
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], AssertionError):
+            raise leaves[0] from group
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
+
+
+CLAIMABLE = "a message enqueued (or released, requeued) without delay is claimable at once"
+
+
+async def claim_one(
+    world: World, queue: str, worker: str, *, lease: float, what: str = CLAIMABLE
+) -> Lease:
+    """Claim exactly one message; fail naming the guarantee when there is none, or several."""
+    leases = await world.queue.claim(queue, worker, lease=lease)
+    if len(leases) != 1:
+        found = "nothing" if not leases else f"{len(leases)} messages: {_preview(leases)}"
+        raise AssertionError(
+            f"{what}: Queue.claim({queue!r}, limit=1) by {worker!r} returned {found}, "
+            "expected exactly one message"
+        )
+    return leases[0]
 
 
 async def eventually(
