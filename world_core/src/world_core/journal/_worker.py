@@ -328,7 +328,10 @@ class Worker:
                         clock=clock,
                         lease_held=lease_held,
                     )
-                    if not journal.finished or journal.recorded_reply is not None:
+                    # A recorded reply is the turn's end: read it, do not replay the code
+                    # (changed code would report a finished turn as a failed replay).
+                    reply = journal.recorded_reply
+                    if not journal.finished:
                         reply = await self._make_agent().run_turn(journal)
                         if journal.recorded_reply is None:
                             raise TurnIncompleteError(
