@@ -278,3 +278,22 @@ async def test_a_waiting_turn_is_released_until_the_deadline_when_attempts_remai
     assert await client.status("s", turn) == "running"
     assert await world.queue.claim("turns", "probe", lease=5) == []  # delayed, not dead
     assert await world.queue.dead_letters("turns") == []
+
+
+async def test_a_turn_replied_before_its_ack_is_done_even_after_a_code_change(
+    world: World,
+) -> None:
+    """The worker died between the reply and the ack, and the next one runs changed code: the
+    turn is done (its reply is recorded), so it is acked as done, not reported as a failed
+    replay."""
+    client = Client(world)
+    turn = await client.submit("s", "hello")
+    model = ScriptedModel(echo)
+    await Agent(model=model, system="v1").run_turn(await Journal.open(world, "s", turn))
+    tail = await world.log.tail(LOG)
+    result = await run_once(Worker(world, Agent(model=model, system="v2"), crash=None))
+    assert (result.status, result.reply, result.error) == ("done", "echo hello", None)
+    assert len(model.calls) == 1
+    assert await world.log.tail(LOG) == tail
+    assert await nothing_queued(world)
+    assert await client.status("s", turn) == "done"
