@@ -268,3 +268,18 @@ def test_skip_known_gaps_when_asked(
     _run(pytester, f"test_w.py::TestW::{ONE}").assert_outcomes(skipped=1)
     monkeypatch.delenv("WORLD_SKIP_KNOWN_GAPS")
     _run(pytester, f"test_w.py::TestW::{ONE}").assert_outcomes(failed=1)  # strict XPASS
+
+
+EXAMPLE = Path(__file__).parent.parent / "example_backend"
+
+
+def test_outside_example_backend_runs_without_url(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The out-of-tree example (``conformance/example_backend``, run in full from wheels by
+    ``.ci/outside-backend.sh``) still passes a contract from each area here, with no URL."""
+    monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
+    tests = "test_log_append_read_tail or test_queue_fifo_for_immediate_messages"
+    args = ("--pyargs", "world_conformance", "--world", "world_memory_example:connect")
+    result = _run(pytester, *args, "-k", f"{tests} or test_process_claimers_never_share")
+    result.assert_outcomes(passed=2, skipped=1)
