@@ -51,3 +51,27 @@ class LifecycleContract(ContractBase):
             assert await keeper.log.tail("l") == 1
             assert await keeper.queue.claim("q", "w", lease=60.0) == []
             assert (await keeper.stream.info("s")).next_index == 0
+
+    async def test_world_two_connections_share_state(
+        self, world: World, world_target: WorldTarget
+    ) -> None:
+        """Two ``connect`` calls with the same URL and namespace in one process are the same
+        store: each sees what the other wrote (log, queue, stream), and closing one leaves the
+        other usable."""
+        async with world_target.open() as second:
+            await world.log.append("shared", [NewEvent(data=b"one")])
+            seen = await second.log.read("shared")
+            assert [e.data for e in seen] == [b"one"], (
+                "a second connection to the same URL and namespace must see the first's append"
+            )
+            message_id = await second.queue.enqueue("shared", b"job")
+            leases = await world.queue.claim("shared", "w", lease=60.0)
+            assert [lease.message_id for lease in leases] == [message_id], (
+                "a message enqueued on one connection must be claimable on the other"
+            )
+            await second.queue.ack(leases[0])
+            await world.stream.write("shared", [b"chunk"])
+            assert (await second.stream.info("shared")).next_index == 1, (
+                "a chunk written on one connection must be visible on the other"
+            )
+        assert await world.log.tail("shared") == 1, "closing the second connection closed this one"

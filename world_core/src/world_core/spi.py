@@ -937,6 +937,11 @@ class World(ABC):
 
     Open with :func:`world_core.open_world` (``async with open_world() as world``); a World
     holds connections until ``aclose``.
+
+    Two Worlds opened with the same URL and namespace are the same store, also within one
+    process (an in-memory backend included): each sees everything the other writes, and
+    closing one leaves the other open. Across processes this holds where
+    ``Capabilities.shared``.
     """
 
     name: str
