@@ -28,6 +28,7 @@ from world_core import (
     open_world,
     session_log_id,
     tool,
+    write_state,
 )
 from world_core.errors import (
     InvalidArgumentError,
@@ -429,3 +430,14 @@ async def test_a_blind_retry_of_an_interrupted_never_call_reuses_its_key(
     await journal.call(t["act"], {"text": "other"})
     await journal.call(t["act"], {"text": "go"})  # after a success: a new request
     assert effects.keys == ["s/t/step-0", "s/t/step-2", "s/t/step-3"]
+
+
+async def test_blob_thresholds_are_checked_before_anything_is_written(world: World) -> None:
+    for bad in (-1, 8 * 1024 * 1024, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="blob_threshold"):
+            Client(world, blob_threshold=bad)  # type: ignore[arg-type]  # refusal under test
+        with pytest.raises(InvalidArgumentError, match="blob_threshold"):
+            await Journal.open(world, "s", "t", blob_threshold=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="threshold"):
+            await write_state(world, "s", "doc/x", {"a": 1}, threshold=bad)  # type: ignore[arg-type]
+    assert await world.log.tail(LOG) == 0

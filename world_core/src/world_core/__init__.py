@@ -45,7 +45,9 @@ from world_core.journal._journal import (
     Journal,
     canonical_json,
     digest_of,
+    read_state,
     session_log_id,
+    write_state,
 )
 from world_core.journal._model import (
     Message,
@@ -115,7 +117,9 @@ __all__ = [
     "parse_crash_at",
     "session_log_id",
     "idempotency_key",
+    "read_state",
     "tool",
+    "write_state",
     "BackendUnavailableError",
     "CallInFlightError",
     "ModelReplyError",

@@ -20,6 +20,7 @@ from world_core.journal._blobs import Blobs
 from world_core.journal._journal import (
     DEFAULT_BLOB_THRESHOLD,
     canonical_json,
+    check_blob_threshold,
     check_turn_id,
     load_value,
     session_log_id,
@@ -67,7 +68,7 @@ class Client:
         self._world = world
         self._queue = validate_id(queue, "queue")
         self._blobs = Blobs(world.stream)
-        self._blob_threshold = blob_threshold
+        self._blob_threshold = check_blob_threshold(blob_threshold)
 
     async def submit(self, session_id: str, message: str, *, turn_id: str | None = None) -> str:
         """Record the user's message as a new turn and queue it; returns the turn id.

@@ -122,11 +122,13 @@ from world_core.spi import MAX_ID_BYTES, Event, NewEvent, World, validate_id
 __all__ = [
     "CLOCK_MARGIN",
     "DEFAULT_BLOB_THRESHOLD",
+    "MAX_BLOB_THRESHOLD",
     "MAX_TURN_ID_BYTES",
     "POSSIBLY_RAN",
     "WRITE_RETRY_SECONDS",
     "Journal",
     "canonical_json",
+    "check_blob_threshold",
     "check_turn_id",
     "digest_of",
     "load_value",
@@ -215,6 +217,27 @@ def _preview(value: object) -> str:
     return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "..."
 
 
+MAX_BLOB_THRESHOLD = 1024 * 1024
+"""The highest ``blob_threshold`` accepted: several values inline must still fit one append."""
+
+
+def check_blob_threshold(threshold: object, what: str = "blob_threshold") -> int:
+    """``threshold`` if it is an int from 0 to :data:`MAX_BLOB_THRESHOLD`.
+
+    Raises:
+        InvalidArgumentError: anything else, naming ``what``.
+    """
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int)
+        or not 0 <= threshold <= MAX_BLOB_THRESHOLD
+    ):
+        raise InvalidArgumentError(
+            f"{what} must be an int from 0 to {MAX_BLOB_THRESHOLD} bytes, got {threshold!r}"
+        )
+    return threshold
+
+
 async def stored_value(blobs: Blobs, value: Any, threshold: int) -> dict[str, Any]:
     """``{"value": value}``, or ``{"blob": ref}`` after storing it when its canonical JSON
     exceeds ``threshold`` bytes: how the journal writes replies, inputs and state."""
@@ -243,6 +266,7 @@ async def write_state(
     large). Tools running later see it through ``context.state``."""
     log_id = session_log_id(session_id)
     check_state_name(name)
+    check_blob_threshold(threshold, "threshold")
     stored = await stored_value(Blobs(world.stream), to_jsonable_python(value), threshold)
     data = canonical_json(_state_event(name, stored))
     await world.log.append(log_id, [NewEvent(data=data)])
@@ -419,8 +443,7 @@ class Journal:
         """
         log_id = session_log_id(session_id)
         check_turn_id(turn_id)
-        if blob_threshold < 0:
-            raise InvalidArgumentError("blob_threshold must be >= 0")
+        check_blob_threshold(blob_threshold)
         events = await world.log.read(log_id)
         turn = await _load(events, turn_id, Blobs(world.stream))
         return cls(
