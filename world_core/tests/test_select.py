@@ -50,8 +50,26 @@ def test_module_attr_resolves() -> None:
 def test_default_is_local(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WORKFLOW_TARGET_WORLD", raising=False)
     assert resolve_world()[0] == "local"
-    monkeypatch.setenv("WORKFLOW_TARGET_WORLD", "")
-    assert resolve_world()[0] == "local"
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_empty_variable_is_refused_not_taken_for_the_default(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("WORKFLOW_TARGET_WORLD", value)
+    with pytest.raises(ConfigurationError) as info:
+        resolve_world()
+    message = str(info.value)
+    assert "WORKFLOW_TARGET_WORLD is set but empty" in message
+    assert all(entry.name in message for entry in list_worlds())  # what to set it to
+    assert "unset it" in message
+
+
+def test_empty_argument_is_refused_naming_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKFLOW_TARGET_WORLD", "local")
+    with pytest.raises(ConfigurationError, match=r"^target= is empty") as info:
+        resolve_world(" ")
+    assert "local" in str(info.value)
 
 
 def test_environment_variable_selects(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,14 +82,28 @@ def test_unknown_name_lists_installed_and_suggests(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ConfigurationError) as info:
         resolve_world()
     message = str(info.value)
+    assert "(from WORKFLOW_TARGET_WORLD)" in message
     assert "Did you mean 'local'?" in message
     assert "Installed: " in message
     assert "local" in message.split("Installed: ")[1]
 
 
-def test_unknown_module_names_the_module() -> None:
-    with pytest.raises(ConfigurationError, match="no_such_module_xyz"):
+def test_unknown_name_given_as_argument_names_the_argument(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WORKFLOW_TARGET_WORLD", "local")
+    with pytest.raises(ConfigurationError) as info:
+        resolve_world("locl")
+    assert "(from target=)" in str(info.value)
+    assert "WORKFLOW_TARGET_WORLD" not in str(info.value)
+
+
+def test_unknown_module_names_the_module_and_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigurationError, match=r"no_such_module_xyz.*\(from target=\)"):
         resolve_world("no_such_module_xyz:factory")
+    monkeypatch.setenv("WORKFLOW_TARGET_WORLD", "no_such_module_xyz:factory")
+    with pytest.raises(ConfigurationError, match=r"\(from WORKFLOW_TARGET_WORLD\)"):
+        resolve_world()
 
 
 def test_missing_attribute_names_it() -> None:
@@ -79,9 +111,36 @@ def test_missing_attribute_names_it() -> None:
         resolve_world("world_local:no_such_factory")
 
 
-async def test_bad_namespace_is_refused_before_opening(tmp_path: Path) -> None:
-    with pytest.raises(InvalidIdentifierError, match="WORKFLOW_NAMESPACE"):
+async def test_bad_namespace_is_refused_before_opening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("WORKFLOW_NAMESPACE", raising=False)
+    with pytest.raises(InvalidIdentifierError) as info:
         async with open_world("local", url=str(tmp_path), namespace="Bad-Name"):
+            pass
+    # The argument was the source: the message names it, not the variable nobody set.
+    assert "namespace 'Bad-Name' (from namespace=) is invalid" in str(info.value)
+    assert "WORKFLOW_NAMESPACE" not in str(info.value)
+    assert _entries(tmp_path) == []
+
+
+@pytest.mark.parametrize("value", ["", "Bad-Name"])
+async def test_bad_namespace_argument_wins_over_a_good_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("WORKFLOW_NAMESPACE", "tenant_a")
+    with pytest.raises(InvalidIdentifierError, match=r"\(from namespace=\)"):
+        async with open_world("local", url=str(tmp_path), namespace=value):
+            pass
+    assert _entries(tmp_path) == []
+
+
+async def test_bad_namespace_variable_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKFLOW_NAMESPACE", "Bad-Name")
+    with pytest.raises(InvalidIdentifierError, match=r"'Bad-Name' \(from WORKFLOW_NAMESPACE\)"):
+        async with open_world("local", url=str(tmp_path)):
             pass
     assert _entries(tmp_path) == []
 

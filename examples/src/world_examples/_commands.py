@@ -26,18 +26,22 @@ def register(sub: Any) -> None:
         "demo",
         help="crash an agent turn at every step and show that nothing is paid or sent twice",
         description=(
-            "Runs a turn that looks up a note and emails it (to a real SMTP inbox on loopback), "
-            "then the same turn crashed before and after every step, continued each time by a "
-            "fresh worker process, and prints per crash point: model calls repeated for "
-            "finished steps, emails received, and whether the reply matches the clean run. "
-            "Finally send_email is relabelled 'safe' to show the duplicate it then sends."
+            "Runs a turn that looks up a note and emails it (to a real SMTP inbox on loopback; "
+            "the model is scripted: no API key, no cost), then the same turn crashed before and "
+            "after every step, continued each time by a fresh worker process, and prints per "
+            "crash point: model calls repeated for finished steps, emails received, and whether "
+            "the reply matches the clean run. Finally send_email is relabelled 'safe' to show "
+            "the duplicate it then sends. Takes about half a minute. The run has a namespace of "
+            "its own (demo_<random>, or <WORKFLOW_NAMESPACE>_demo_<random>), purged at the end."
         ),
     )
     demo.add_argument(
         "--world", help="World to run on (default: WORKFLOW_TARGET_WORLD, else local)"
     )
     demo.add_argument(
-        "--url", help="the backend's URL or folder (default: a temporary one for local)"
+        "--url",
+        help="the backend's URL or folder (default: its own variable; for local, "
+        "WORKFLOW_LOCAL_DIR, else a temporary folder)",
     )
     demo.add_argument("--json", action="store_true", help="print the results as JSON")
     demo.set_defaults(run=_run_demo)

@@ -1,27 +1,69 @@
-"""The ``world`` command line."""
+"""The ``world`` command line.
+
+Exit statuses (``world --help`` shows them too):
+
+====  ===========================================================================================
+0     done
+1     the command ran and reports a failure (``world demo``: a target not met)
+2     usage or configuration error; also ``world`` alone, which prints its help on stdout
+3     ``world worker --once``: no turn came
+4     ``world worker --once``: the turn failed
+130   interrupted (Ctrl-C): one line, ``interrupted``, on stderr
+141   output closed early (``world demo | head``): the command stops, printing nothing more
+====  ===========================================================================================
+
+Error messages name what to fix as the command knows it: world_core and the backends name an
+argument as ``url=`` (``target=``, ``namespace=``), printed here as the option (``--url``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
+import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from importlib import metadata
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 
 from world_core._select import list_worlds, load_attr, open_world
 from world_core.errors import ConfigurationError, WorldError
 
-__all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "main"]
+__all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "for_the_command_line", "main"]
 
 COMMANDS_ENTRY_POINT_GROUP = "world.commands"
 """Entry points adding ``world`` subcommands: each names a function taking the argparse
 subparsers object, which adds its parser and sets ``run`` (a function of the parsed args
 returning the exit status). Keep its module light: it is imported for every ``world`` call."""
+
+
+EXIT_STATUSES = """\
+exit status:
+  0    done
+  1    the command ran and reports a failure (world demo: a target not met)
+  2    usage or configuration error; also `world` alone (this help, on stdout)
+  3    world worker --once: no turn came
+  4    world worker --once: the turn failed
+  130  interrupted (Ctrl-C)
+  141  output closed early (world demo | head)"""
+
+# The Python argument names messages use (`url=`), as this command's options.
+_OPTIONS = {"target": "--world", "url": "--url", "namespace": "--namespace"}
+_ARGUMENT = re.compile(r"(?<![\w.-])(target|url|namespace)=(?![\w'\"(\[{<])")
+
+
+def for_the_command_line(message: str) -> str:
+    """``message`` with each bare argument name (``url=``) replaced by its option (``--url``).
+
+    A name with a value (``url='redis://...'``) is left alone.
+    """
+    return _ARGUMENT.sub(lambda found: _OPTIONS[found.group(1)], message)
 
 
 def add_world_options(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +73,24 @@ def add_world_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--url", help="the backend's URL or folder (default: its own variable)")
     parser.add_argument("--namespace", help="namespace (default: WORKFLOW_NAMESPACE, else default)")
+
+
+def _version() -> str:
+    try:
+        core = metadata.version("world-core")
+    except metadata.PackageNotFoundError:
+        core = "unknown (world-core is not installed as a distribution)"
+    lines = [f"world-core {core}"]
+    entries = list_worlds()  # metadata only: no backend is imported
+    if not entries:
+        lines.append("Worlds installed: none (pip install world-local)")
+    else:
+        lines.append("Worlds installed:")
+        width = max(len(entry.name) for entry in entries)
+        lines += [
+            f"  {entry.name:<{width}}  {entry.distribution} {entry.version}" for entry in entries
+        ]
+    return "\n".join(lines)
 
 
 def _cmd_worlds(args: argparse.Namespace) -> int:
@@ -131,15 +191,23 @@ def _add_plugin_commands(sub: Any) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="world", description="Crash-safe agents on a World.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="world",
+        description="Crash-safe agents on a World.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print the version of world-core and of each installed World, then exit",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     worlds = sub.add_parser("worlds", help="list the installed Worlds")
     worlds.add_argument("--json", action="store_true", help="print JSON")
     worlds.set_defaults(run=_cmd_worlds)
     info = sub.add_parser("info", help="show the selected World, its settings and capabilities")
-    info.add_argument("--world", help="World to open (default: WORKFLOW_TARGET_WORLD, else local)")
-    info.add_argument("--url", help="the backend's URL or folder (default: its own variable)")
-    info.add_argument("--namespace", help="namespace (default: WORKFLOW_NAMESPACE, else default)")
+    add_world_options(info)
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(run=lambda args: anyio.run(_info, args))
     worker = sub.add_parser(
@@ -169,18 +237,91 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--json", action="store_true", help="with --once: print the result")
     worker.set_defaults(run=lambda args: anyio.run(_worker, args))
     _add_plugin_commands(sub)
+    if "demo" in sub.choices:
+        parser.description = "Crash-safe agents on a World. Start with: world demo"
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``world`` command; returns the exit status."""
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    args = _parser().parse_args(argv)
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):  # stderr closed too: nothing left to tell
+        print(line, file=sys.stderr, flush=True)
+
+
+def _closed(stream: TextIO) -> bool:
+    """Whether the reader of ``stream`` has gone (a pipe: POLLERR; a socket: POLLHUP)."""
     try:
-        status: int = args.run(args)
-    except WorldError as exc:
-        print(f"world: error: {exc}", file=sys.stderr)
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    try:
+        import select
+
+        poller = select.poll()
+    except (ImportError, AttributeError):  # no poll(): trust the BrokenPipeError
+        return True
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _drop_output() -> None:
+    # What is still buffered would fail again when the interpreter flushes it at exit.
+    for stream in (sys.stdout, sys.stderr):
+        if _closed(stream):
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def _exit_status(exc: BaseException) -> int | None:
+    """The status for a command stopped by ``exc`` (plain or grouped by a task group), having
+    said why in one line per error; None for what is not an expected way to stop (a bug)."""
+    leaves = list(_leaves(exc))
+    if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+        _say("interrupted")
+        return 130
+    if any(isinstance(leaf, BrokenPipeError) for leaf in leaves) and (
+        _closed(sys.stdout) or _closed(sys.stderr)
+    ):
+        _drop_output()  # the reader is gone, as after `| head`: stop quietly, like SIGPIPE
+        return 141
+    if leaves and all(isinstance(leaf, WorldError) for leaf in leaves):
+        for leaf in dict.fromkeys(str(leaf) for leaf in leaves):
+            _say(f"world: error: {for_the_command_line(leaf)}")
         return 2
+    return None
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(_version())
+        return 0
+    if args.command is None:
+        parser.print_help(sys.stdout)
+        return 2
+    status: int = args.run(args)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``world`` command; returns the exit status (see the module docstring)."""
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # a closed stdout is found here, not in the interpreter's last flush
+    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:
+        stopped = _exit_status(exc)
+        if stopped is None:
+            raise
+        return stopped
     return status
 
 

@@ -1,4 +1,9 @@
-"""Choosing a World: ``WORKFLOW_TARGET_WORLD`` resolved through the ``workflow.worlds`` group."""
+"""Choosing a World: ``WORKFLOW_TARGET_WORLD`` resolved through the ``workflow.worlds`` group.
+
+A refused value is named with where it came from: the variable (``WORKFLOW_TARGET_WORLD``,
+``WORKFLOW_NAMESPACE``) or the argument, written ``target=``, ``url=``, ``namespace=``. The
+``world`` command prints its options (``--world``, ``--url``, ``--namespace``) in their place.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import cast
 
-from world_core.errors import ConfigurationError
+from world_core.errors import ConfigurationError, InvalidIdentifierError
 from world_core.spi import World, WorldFactory, validate_namespace
 
 __all__ = [
@@ -27,6 +32,8 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "workflow.worlds"
 DEFAULT_WORLD = "local"
+TARGET_VARIABLE = "WORKFLOW_TARGET_WORLD"
+NAMESPACE_VARIABLE = "WORKFLOW_NAMESPACE"
 
 # First-party backends, so that a known but missing one can be named with its package.
 _KNOWN = {
@@ -70,7 +77,8 @@ def _normalize(name: str) -> str:
 
 
 def load_attr(spec: str, setting: str) -> object:
-    """Import ``module:attr`` (``attr`` may be dotted) named by ``setting``.
+    """Import ``module:attr`` (``attr`` may be dotted) given by ``setting`` (a variable, an
+    argument such as ``target=``, or an option such as ``--agent``).
 
     Raises:
         ConfigurationError: the module cannot be imported or has no such attribute; the message
@@ -81,7 +89,7 @@ def load_attr(spec: str, setting: str) -> object:
         target: object = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(
-            f"{setting}={spec!r} cannot be loaded: cannot import {module_name!r}: {exc}. "
+            f"{spec!r} (from {setting}) cannot be loaded: cannot import {module_name!r}: {exc}. "
             "Install the package that provides it."
         ) from exc
     for part in attr.split("."):
@@ -89,9 +97,37 @@ def load_attr(spec: str, setting: str) -> object:
             target = getattr(target, part)
         except AttributeError as exc:
             raise ConfigurationError(
-                f"{setting}={spec!r} cannot be loaded: {module_name!r} has no attribute {attr!r}"
+                f"{spec!r} (from {setting}) cannot be loaded: {module_name!r} has no attribute "
+                f"{attr!r}"
             ) from exc
     return target
+
+
+def _installed_names() -> str:
+    return ", ".join(entry.name for entry in list_worlds()) or "none"
+
+
+def _target(target: str | None) -> tuple[str, str]:
+    """The World asked for and where the request came from (for messages)."""
+    if target is None:
+        raw = os.environ.get(TARGET_VARIABLE)
+        if raw is None:
+            return DEFAULT_WORLD, f"the default: {TARGET_VARIABLE} is unset"
+        spec, source = raw.strip(), TARGET_VARIABLE
+        if not spec:
+            # An empty variable is a mistake (`X=$UNSET_VAR`), not a choice of the default.
+            raise ConfigurationError(
+                f"{TARGET_VARIABLE} is set but empty: set it to one of the installed Worlds "
+                f"({_installed_names()}), or unset it for the default, {DEFAULT_WORLD!r}"
+            )
+        return spec, source
+    spec = target.strip()
+    if not spec:
+        raise ConfigurationError(
+            f"target= is empty: name one of the installed Worlds ({_installed_names()}), or "
+            f"leave target= out to use {TARGET_VARIABLE}, else {DEFAULT_WORLD!r}"
+        )
+    return spec, "target="
 
 
 def resolve_world(target: str | None = None) -> tuple[str, WorldFactory]:
@@ -106,12 +142,12 @@ def resolve_world(target: str | None = None) -> tuple[str, WorldFactory]:
 
     Raises:
         ConfigurationError: unknown name (the message lists the installed Worlds and the
-            closest match), or a known World whose package is not installed or fails to import.
+            closest match), a known World whose package is not installed or fails to import,
+            or an empty name (``WORKFLOW_TARGET_WORLD`` set but empty; unset means ``local``).
     """
-    spec = (target if target is not None else os.environ.get("WORKFLOW_TARGET_WORLD", "")).strip()
-    spec = spec or DEFAULT_WORLD
+    spec, source = _target(target)
     if ":" in spec:
-        return spec, cast(WorldFactory, load_attr(spec, "WORKFLOW_TARGET_WORLD"))
+        return spec, cast(WorldFactory, load_attr(spec, source))
     wanted = _normalize(spec)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist_name = _normalize(ep.dist.metadata["Name"]) if ep.dist is not None else ""
@@ -129,21 +165,38 @@ def resolve_world(target: str | None = None) -> tuple[str, WorldFactory]:
     for short, dist in _KNOWN.items():
         if wanted in (short, _normalize(dist)) and short not in installed:
             raise ConfigurationError(
-                f"World {short!r} is not installed: pip install {dist} "
+                f"World {short!r} (from {source}) is not installed: pip install {dist} "
                 f"(installed: {', '.join(installed) or 'none'})"
             )
     close = difflib.get_close_matches(spec, installed + list(_KNOWN), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ConfigurationError(
-        f"unknown World {spec!r} in WORKFLOW_TARGET_WORLD.{hint} "
+        f"unknown World {spec!r} (from {source}).{hint} "
         f"Installed: {', '.join(installed) or 'none'}; "
         "or give a distribution name or module:attr."
     )
 
 
 def _namespace(namespace: str | None) -> str:
-    value = namespace if namespace is not None else os.environ.get("WORKFLOW_NAMESPACE", "")
-    return validate_namespace(value or "default")
+    """``namespace``, else ``WORKFLOW_NAMESPACE`` (unset or empty: ``default``), validated.
+
+    Raises:
+        InvalidIdentifierError: the value does not match the namespace pattern; the message
+            names where it came from (``namespace=`` or ``WORKFLOW_NAMESPACE``).
+    """
+    if namespace is not None:
+        value, source = namespace, "namespace="
+    else:
+        value, source = os.environ.get(NAMESPACE_VARIABLE, ""), NAMESPACE_VARIABLE
+        if not value:
+            return "default"
+    try:
+        return validate_namespace(value)
+    except InvalidIdentifierError as exc:
+        raise InvalidIdentifierError(
+            f"namespace {value!r} (from {source}) is invalid: use 1 to 48 lower-case letters, "
+            "digits and '_', starting with a letter or digit"
+        ) from exc
 
 
 async def connect_world(
@@ -168,6 +221,7 @@ async def open_world(
 
     Raises:
         ConfigurationError: see :func:`resolve_world`, or a backend setting missing.
+        InvalidIdentifierError: the namespace is invalid (the message names its source).
     """
     world = await connect_world(target, url=url, namespace=namespace)
     try:
