@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import anyio
 
@@ -30,3 +31,23 @@ async def wait_here(label: str) -> str:
 
 def build() -> Agent:
     return Agent(model=ScriptedModel(policy), tools=[tool(wait_here, replay="safe")])
+
+
+def blocking_policy(request: ModelRequest) -> ModelReply:
+    if any(m["role"] == "tool" for m in request.messages):
+        return ModelReply(content="finished")
+    call = ToolCall(id="call_0", name="block", arguments=json.dumps({"label": "x"}))
+    return ModelReply(tool_calls=[call])
+
+
+def block(label: str) -> str:
+    """Block this thread for good (a sync call that never returns)."""
+    threading.Event().wait()
+    return label
+
+
+def build_blocking() -> Agent:
+    """A sync tool that never returns, with a short timeout: the journal abandons its thread."""
+    return Agent(
+        model=ScriptedModel(blocking_policy), tools=[tool(block, replay="safe", timeout=0.5)]
+    )

@@ -446,6 +446,16 @@ async def test_an_unusable_2xx_is_a_model_reply_error_and_never_retried(
     assert KEY not in str(caught.value)
 
 
+async def test_a_reply_nested_too_deep_to_parse_is_unusable_and_not_retried(
+    server: ChatServer, models: ModelFactory
+) -> None:
+    # json.loads raises RecursionError (not ValueError) here; it was retried, paid each time.
+    server.forever = Canned(200, b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(ModelReplyError, match="not a chat completion"):
+        await models(retry_budget=5.0).complete(REQUEST)
+    assert len(server.requests) == 1
+
+
 async def test_a_long_unusable_reply_keeps_its_start(
     server: ChatServer, models: ModelFactory
 ) -> None:

@@ -25,17 +25,18 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from importlib import metadata
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import anyio
 
 from world_core._select import list_worlds, load_attr, open_world
 from world_core.errors import ConfigurationError, WorldError
 
-__all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "for_the_command_line", "main"]
+__all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "for_the_command_line", "main", "run"]
 
 COMMANDS_ENTRY_POINT_GROUP = "world.commands"
 """Entry points adding ``world`` subcommands: each names a function taking the argparse
@@ -325,5 +326,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def run() -> NoReturn:
+    """The ``world`` program: :func:`main`, then exit with its status."""
+    _exit(main())
+
+
+def _exit(status: int) -> NoReturn:
+    """Exit with ``status``, without joining threads a tool left running past its timeout (the
+    journal abandons a sync tool it cannot stop; joining it would keep the process forever)."""
+    stuck = [
+        thread
+        for thread in threading.enumerate()
+        if thread is not threading.main_thread() and thread.is_alive() and not thread.daemon
+    ]
+    if not stuck:
+        sys.exit(status)
+    print(
+        f"world: warning: {len(stuck)} thread(s) still running (sync tools abandoned after their "
+        "timeout); exiting without waiting for them",
+        file=sys.stderr,
+        flush=True,
+    )
+    logging.shutdown()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

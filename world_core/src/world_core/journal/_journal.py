@@ -79,6 +79,7 @@ The rules, for step ``n``:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -267,7 +268,12 @@ async def write_state(
     log_id = session_log_id(session_id)
     check_state_name(name)
     check_blob_threshold(threshold, "threshold")
-    stored = await stored_value(Blobs(world.stream), to_jsonable_python(value), threshold)
+    try:
+        jsonable = to_jsonable_python(value)
+        canonical_json(jsonable)
+    except Exception as exc:
+        raise InvalidArgumentError(f"state {name!r}: value is not JSON: {exc}") from None
+    stored = await stored_value(Blobs(world.stream), jsonable, threshold)
     data = canonical_json(_state_event(name, stored))
     await world.log.append(log_id, [NewEvent(data=data)])
 
@@ -1053,19 +1059,34 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:_ERROR_CHARS]
 
 
+def _cancelling(exc: BaseException) -> bool:
+    """True when ``exc`` is this task being cancelled (by a cancel scope), not a
+    ``CancelledError`` that some awaited thing raised on its own."""
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return True
+    return task is None or task.cancelling() > 0
+
+
 async def _run_tool(tool: Tool, args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     """Run one tool call within its deadline; its return value, error or timeout as a result.
 
-    Anything the tool raises is its outcome, ``SystemExit`` and ``KeyboardInterrupt`` included
-    (argparse raises the first): a tool cannot take the worker down. Cancellation from outside
-    is not caught."""
+    Anything the tool raises is its outcome, ``SystemExit``, ``KeyboardInterrupt`` and other
+    BaseExceptions included (argparse raises the first): a tool cannot take the worker down. A
+    cancellation of the call (its deadline, or the turn's) is not caught; a ``CancelledError``
+    the tool raises on its own (say, from a future something else cancelled) is its outcome."""
     value: Any = None
     returned = False
     with anyio.move_on_after(max(0.0, context.time_left())) as scope:
         try:
             value = await tool.call(args, context)
             returned = True
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        except BaseException as exc:
+            if _cancelling(exc):
+                raise
             return {"error": _describe(exc)}
     if not returned and scope.cancelled_caught:
         if not tool.is_async:

@@ -420,7 +420,7 @@ class OpenAIChatModel:
             )
         try:
             return _reply_from(response.json())
-        except (ValueError, _NotAReply) as exc:  # ValueError: not JSON, or not UTF-8
+        except (ValueError, RecursionError, _NotAReply) as exc:  # not JSON, not UTF-8, too deep
             reason = "not JSON" if isinstance(exc, ValueError) else str(exc)
             raw = self._excerpt(response.text, _RAW_LIMIT)
             # Not chained: a JSONDecodeError carries the whole body, key included.

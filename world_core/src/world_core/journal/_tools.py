@@ -13,7 +13,9 @@ import dataclasses
 import difflib
 import hashlib
 import inspect
+import json
 import math
+import re
 import time
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -52,16 +54,18 @@ MAX_STATE_NAME_BYTES = 200
 """The longest name :meth:`ToolContext.stage` accepts (UTF-8 bytes)."""
 
 _KEY_PREFIX_BYTES = 96
+_SHORT_KEY = re.compile(r"~[0-9a-f]{32}/step-[0-9]+$")
 
 
 def idempotency_key(session_id: str, turn_id: str, step: int) -> str:
-    """``<session>/<turn>/step-<n>``, or, when that would exceed 255 UTF-8 bytes, the start of
-    the session id, ``~``, 32 hex digits of the sha-256 of ``<session>/<turn>`` and
-    ``/step-<n>``: the same ids always give the same key, and distinct ids distinct keys (up
-    to a digest collision)."""
+    """``<session>/<turn>/step-<n>``, or, when that would exceed 255 UTF-8 bytes (or would look
+    like a shortened key itself), the start of the session id, ``~``, 32 hex digits of the
+    sha-256 of ``<session>/<turn>`` and ``/step-<n>``: the same ids always give the same key,
+    and distinct ids distinct keys (up to a digest collision: a full key never has the
+    shortened form, and a turn id has no ``/``, so a full key names one session and turn)."""
     full = f"{session_id}/{turn_id}/step-{step}"
-    if len(full.encode("utf-8")) <= MAX_IDEMPOTENCY_KEY_BYTES:
-        return full
+    if len(full.encode("utf-8")) <= MAX_IDEMPOTENCY_KEY_BYTES and not _SHORT_KEY.search(full):
+        return full  # (a full key that looks shortened is shortened too: no two ids share one)
     digest = hashlib.sha256(f"{session_id}/{turn_id}".encode()).hexdigest()[:32]
     start = session_id.encode("utf-8")[:_KEY_PREFIX_BYTES].decode("utf-8", "ignore")
     return f"{start}~{digest}/step-{step}"
@@ -161,6 +165,8 @@ class ToolContext:
             LeaseLostError: the lease is no longer held.
             TimeoutError: fewer than ``needs`` seconds are left before :attr:`deadline`.
         """
+        if isinstance(needs, bool) or not isinstance(needs, int | float) or not needs >= 0:
+            raise InvalidArgumentError(f"needs must be seconds >= 0, got {needs!r}")
         if not self.lease_held:
             raise LeaseLostError(
                 f"step {self.step}: this worker no longer holds the turn's lease; the effect "
@@ -188,6 +194,7 @@ class ToolContext:
         check_state_name(name)
         try:
             jsonable = to_jsonable_python(value)
+            json.dumps(jsonable, allow_nan=False)  # NaN and infinity have no JSON form either
         except Exception as exc:
             raise InvalidArgumentError(f"state {name!r}: value is not JSON: {exc}") from None
         self.staged[name] = jsonable

@@ -21,6 +21,8 @@ step it stopped at) that :meth:`Client.wait <world_core.Client.wait>` raises as
   else: the message is released with exponential backoff (``retry_delay``, doubling, at most
   60 s) and the failure is recorded on the last attempt (``max_attempts``, or the queue's own
   limit if lower);
+* a turn on the queue's last delivery (every earlier run died: a crash loop) is not run
+  again: its failure is recorded, so it is never dead-lettered without a record;
 * a ``never`` call of another worker that may still be running
   (:class:`CallInFlightError`): the turn is re-queued to resume once that call's deadline has
   passed, holding no worker meanwhile (on the queue's last delivery, where a release would
@@ -62,7 +64,7 @@ from world_core.errors import (
 )
 from world_core.journal._agent import Agent
 from world_core.journal._client import DEFAULT_QUEUE
-from world_core.journal._crash import CrashPoint, crash_point_from_env
+from world_core.journal._crash import CrashPoint, SimulatedCrash, crash_point_from_env
 from world_core.journal._journal import Journal, check_turn_id, session_log_id
 from world_core.spi import Lease, World, validate_duration, validate_id
 
@@ -94,6 +96,10 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 
 class TurnIncompleteError(WorldError):
     """The agent returned without recording a reply (``journal.finish`` was never called)."""
+
+
+class TurnCrashLoopError(WorldError):
+    """The turn reached the queue's last delivery without finishing: every earlier run died."""
 
 
 class TurnTimeoutError(WorldError):
@@ -331,6 +337,15 @@ class Worker:
                     # A recorded reply is the turn's end: read it, do not replay the code
                     # (changed code would report a finished turn as a failed replay).
                     reply = journal.recorded_reply
+                    if not journal.finished and lease.attempt >= lease.max_attempts > 1:
+                        # The queue's last delivery: if this run died too (a crash loop: an
+                        # out-of-memory kill, a segfault) the turn would be dead-lettered with
+                        # no record for the client. Record why instead of running it again.
+                        raise TurnCrashLoopError(
+                            f"the turn was delivered {lease.attempt} times without finishing "
+                            "(its workers died or lost their leases each time); see the "
+                            "workers' logs, fix the cause, then resubmit it"
+                        )
                     if not journal.finished:
                         reply = await self._make_agent().run_turn(journal)
                         if journal.recorded_reply is None:
@@ -338,7 +353,13 @@ class Worker:
                                 f"the agent's run_turn returned {reply!r:.80} without recording "
                                 "a reply: end every turn with journal.finish(reply)"
                             )
-                except Exception as exc:
+                except BaseException as exc:
+                    # Agent code may raise anything; only a cancellation (of this turn, or of
+                    # the worker), Ctrl-C and a simulated crash are not the turn's outcome.
+                    if isinstance(
+                        exc, anyio.get_cancelled_exc_class() | KeyboardInterrupt | SimulatedCrash
+                    ):
+                        raise
                     error = exc
             if turn_scope.cancelled_caught and not lost and not shutdown:
                 timed_out = True
@@ -378,7 +399,7 @@ class Worker:
         if error is not None:
             last = lease.attempt >= min(self.max_attempts, lease.max_attempts)
             final = timed_out or isinstance(error, DETERMINISTIC_ERRORS) or last
-            if isinstance(error, TurnIncompleteError):
+            if isinstance(error, TurnIncompleteError | TurnCrashLoopError):
                 final = True
             if final:
                 recorded = await self._record_failure(

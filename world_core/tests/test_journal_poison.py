@@ -1,0 +1,195 @@
+"""Poison that an outside tester found: exceptions that are not Exceptions, crash loops, values
+JSON cannot carry, keys that could collide, and a thread that never returns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from world_core import (
+    Agent,
+    Client,
+    Documents,
+    Journal,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    ToolCall,
+    ToolContext,
+    Worker,
+    World,
+    idempotency_key,
+    open_world,
+    session_log_id,
+    tool,
+)
+from world_core.errors import InvalidArgumentError, ToolError, TurnFailedError
+from world_core.journal._client import turn_message
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+WAIT = 20.0
+
+
+class Boom(BaseException):
+    """Not an Exception: a library's own BaseException subclass."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world("local", url=str(tmp_path / "world"), namespace="poison") as opened:
+        yield opened
+
+
+def _calling(name: str) -> ScriptedModel:
+    def policy(request: ModelRequest) -> ModelReply:
+        if any(m["role"] == "tool" for m in request.messages):
+            return ModelReply(content="finished")
+        return ModelReply(tool_calls=[ToolCall(id="c", name=name, arguments="{}")])
+
+    return ScriptedModel(policy)
+
+
+async def test_a_tool_raising_any_base_exception_fails_only_itself(world: World) -> None:
+    def boom() -> str:
+        """Raise a BaseException subclass."""
+        raise Boom("boom")
+
+    async def cancelled_elsewhere() -> str:
+        """Await a future something else cancelled."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        future.cancel()
+        return await future
+
+    client = Client(world)
+    for fn in (boom, cancelled_elsewhere):
+        for replay in ("safe", "never"):
+            session = f"{fn.__name__}-{replay}"
+            turn = await client.submit(session, "go")
+            agent = Agent(model=_calling(fn.__name__), tools=[tool(fn, replay=replay)])
+            with anyio.fail_after(WAIT):
+                result = await Worker(world, agent, crash=None).run_once(wait=WAIT)
+            assert result is not None
+            assert result.status == "done", (fn.__name__, replay, result)
+            outcome = await world.log.get(session_log_id(session), f"turn/{turn}/step/1/outcome")
+            assert outcome is not None
+            error = json.loads(outcome.data)["result"]["error"]
+            assert error.split(":")[0] in ("Boom", "CancelledError"), error
+
+
+async def test_an_agent_raising_a_base_exception_fails_its_turn(world: World) -> None:
+    class Raising(Agent):
+        async def run_turn(self, journal: Journal) -> str:
+            raise Boom("agent code")
+
+    client = Client(world)
+    turn = await client.submit("s", "go")
+    worker = Worker(world, Raising(model=_calling("x")), crash=None, max_attempts=1)
+    with anyio.fail_after(WAIT):
+        result = await worker.run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "failed"
+    with pytest.raises(TurnFailedError, match="Boom: agent code"):
+        await client.wait("s", turn, timeout=WAIT)
+
+
+async def test_a_crash_loop_is_recorded_on_the_last_delivery(world: World) -> None:
+    """Every run died (nothing a worker could catch): the queue's last delivery records the
+    failure instead of running the turn again, so it is never dead-lettered unrecorded."""
+    client = Client(world, queue="loop")
+    turn = await client.submit("s", "go")
+    # The message the client queued, with the queue's limit of 3 deliveries, as if two runs died.
+    for lease in await world.queue.claim("loop", "w", lease=60, limit=10):
+        await world.queue.ack(lease)
+    await world.queue.enqueue("loop", turn_message("s", turn), max_attempts=3)
+    for _ in range(2):
+        (lease,) = await world.queue.claim("loop", "dead", lease=60)
+        await world.queue.release(lease)
+    model = ScriptedModel(lambda request: ModelReply(content="never reached"))
+    with anyio.fail_after(WAIT):
+        result = await Worker(world, Agent(model=model), queue="loop", crash=None).run_once(
+            wait=WAIT
+        )
+    assert result is not None
+    assert result.status == "failed"
+    assert model.calls == []
+    with pytest.raises(TurnFailedError) as caught:
+        await client.wait("s", turn, timeout=WAIT)
+    assert caught.value.error_type == "TurnCrashLoopError"
+    assert caught.value.attempts == 3
+    assert await world.queue.dead_letters("loop") == []
+
+
+class Score(BaseModel):
+    value: float
+
+
+async def test_values_json_cannot_carry_are_refused_where_they_enter(world: World) -> None:
+    outcomes: list[str] = []
+
+    def stage_nan(context: ToolContext) -> str:
+        """Stage a value with NaN."""
+        try:
+            context.stage("x", {"v": math.nan})
+        except InvalidArgumentError as exc:
+            outcomes.append(str(exc))
+            raise
+        return "staged"
+
+    client = Client(world)
+    turn = await client.submit("s", "go")
+    journal = await Journal.open(world, "s", turn)
+    with pytest.raises(ToolError, match="not JSON"):
+        await journal.call(tool(stage_nan, replay="never"), {})
+    assert len(outcomes) == 1
+    with pytest.raises(InvalidArgumentError, match="not JSON"):
+        await Documents(world).put("s", "score", Score(value=math.inf))
+
+
+def test_idempotency_keys_of_different_ids_never_collide() -> None:
+    """A short id pair whose full key looks like a shortened one is shortened too."""
+    victim = ("tenant-a/" + "x" * 300, "t1")
+    short = idempotency_key(*victim, 3)
+    prefix, _, rest = short.partition("~")
+    forged_turn = prefix.removeprefix("tenant-a/") + "~" + rest.removesuffix("/step-3")
+    forged = idempotency_key("tenant-a", forged_turn, 3)
+    assert forged != short
+    assert len(forged.encode()) <= 255
+    assert idempotency_key("s", "t", 3) == "s/t/step-3"
+
+
+def test_a_worker_exits_although_a_sync_tool_never_returns(tmp_path: Path) -> None:
+    """The tool's thread is abandoned at its timeout; `world worker --once` still exits."""
+    folder = str(tmp_path / "world")
+
+    async def submit() -> str:
+        async with open_world("local", url=folder, namespace="poison") as opened:
+            return await Client(opened).submit("s", "go")
+
+    anyio.run(submit)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env.pop("CRASH_AT", None)
+    command = [sys.executable, "-m", "world_core._cli", "worker", "--once", "--json"]
+    command += ["--agent", "journal_support:build_blocking", "--world", "local", "--url", folder]
+    command += ["--namespace", "poison", "--wait", "5"]
+    done = subprocess.run(command, env=env, capture_output=True, timeout=WAIT * 2, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert json.loads(done.stdout)["status"] == "done"
+    assert b"still running" in done.stderr
