@@ -36,8 +36,19 @@ class Agent:
         system: str | None = None,
         max_model_calls: int = 32,
     ) -> None:
-        if max_model_calls < 1:
-            raise InvalidArgumentError("max_model_calls must be >= 1")
+        if (
+            isinstance(max_model_calls, bool)
+            or not isinstance(max_model_calls, int)
+            or max_model_calls < 1
+        ):
+            raise InvalidArgumentError(
+                f"max_model_calls must be an int >= 1, got {max_model_calls!r}"
+            )
+        if not callable(getattr(model, "complete", None)):
+            raise InvalidArgumentError(
+                f"model must be a model client with an async complete(request) method "
+                f"(ScriptedModel, OpenAIChatModel), got {type(model).__name__}"
+            )
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.system = system

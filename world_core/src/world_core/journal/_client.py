@@ -145,13 +145,14 @@ class Client:
 
     async def reply(self, session_id: str, turn_id: str) -> str | None:
         """The turn's reply, or None while it runs, if it failed, or was never submitted."""
-        event = await self._world.log.get(session_log_id(session_id), f"turn/{turn_id}/reply")
+        log_id = session_log_id(session_id)
+        event = await self._world.log.get(log_id, f"turn/{check_turn_id(turn_id)}/reply")
         return None if event is None else await self._reply_of(event)
 
     async def failure(self, session_id: str, turn_id: str) -> TurnFailedError | None:
         """Why the turn failed (the error :meth:`wait` raises), or None if it has not."""
         log_id = session_log_id(session_id)
-        event = await self._world.log.get(log_id, f"turn/{turn_id}/failure")
+        event = await self._world.log.get(log_id, f"turn/{check_turn_id(turn_id)}/failure")
         return None if event is None else _failure_of(session_id, turn_id, event)
 
     async def wait(
@@ -175,7 +176,12 @@ class Client:
         """
         log_id = session_log_id(session_id)
         check_turn_id(turn_id)
-        if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout < 0
+        ):
             raise InvalidArgumentError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         with anyio.fail_after(timeout):
             tail = await self._world.log.tail(log_id)
