@@ -192,7 +192,7 @@ def test_a_worker_exits_although_a_sync_tool_never_returns(tmp_path: Path) -> No
     done = subprocess.run(command, env=env, capture_output=True, timeout=WAIT * 2, check=False)
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert json.loads(done.stdout)["status"] == "done"
-    assert b"still running" in done.stderr
+    assert b"abandoned after their timeout still running" in done.stderr
 
 
 async def test_client_and_agent_arguments_are_checked(world: World) -> None:

@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from importlib import metadata
@@ -334,16 +333,14 @@ def run() -> NoReturn:
 def _exit(status: int) -> NoReturn:
     """Exit with ``status``, without joining threads a tool left running past its timeout (the
     journal abandons a sync tool it cannot stop; joining it would keep the process forever)."""
-    stuck = [
-        thread
-        for thread in threading.enumerate()
-        if thread is not threading.main_thread() and thread.is_alive() and not thread.daemon
-    ]
+    from world_core.journal._tools import abandoned_calls
+
+    stuck = abandoned_calls()
     if not stuck:
         sys.exit(status)
     print(
-        f"world: warning: {len(stuck)} thread(s) still running (sync tools abandoned after their "
-        "timeout); exiting without waiting for them",
+        f"world: warning: {stuck} sync tool call(s) abandoned after their timeout still "
+        "running; exiting without waiting for them",
         file=sys.stderr,
         flush=True,
     )

@@ -35,6 +35,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolRegistry",
+    "abandoned_calls",
     "check_state_name",
     "idempotency_key",
     "tool",
@@ -69,6 +70,32 @@ def idempotency_key(session_id: str, turn_id: str, step: int) -> str:
     digest = hashlib.sha256(f"{session_id}/{turn_id}".encode()).hexdigest()[:32]
     start = session_id.encode("utf-8")[:_KEY_PREFIX_BYTES].decode("utf-8", "ignore")
     return f"{start}~{digest}/step-{step}"
+
+
+class _ThreadCall:
+    """A sync tool's body as run in a worker thread, telling whether it has finished."""
+
+    def __init__(self, body: Callable[[], Any]) -> None:
+        self._body = body
+        self.started = False
+        self.done = False
+
+    def __call__(self) -> Any:
+        self.started = True
+        try:
+            return self._body()
+        finally:
+            self.done = True
+            _ABANDONED.discard(self)
+
+
+_ABANDONED: set[_ThreadCall] = set()
+
+
+def abandoned_calls() -> int:
+    """Sync tool calls abandoned at their timeout whose threads are still running them (a
+    process exiting now would wait for them forever: see ``world worker``)."""
+    return sum(1 for call in list(_ABANDONED) if not call.done)
 
 
 def check_state_name(name: object) -> str:
@@ -279,7 +306,12 @@ class Tool:
             kwargs[self.context_parameter] = context
         if inspect.iscoroutinefunction(self.fn):
             return await cast(Callable[..., Awaitable[Any]], self.fn)(**kwargs)
-        return await anyio.to_thread.run_sync(lambda: self.fn(**kwargs), abandon_on_cancel=True)
+        call = _ThreadCall(lambda: self.fn(**kwargs))
+        try:
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        finally:
+            if call.started and not call.done:  # cancelled: the thread runs on, abandoned
+                _ABANDONED.add(call)
 
     @property
     def is_async(self) -> bool:
