@@ -1,5 +1,6 @@
-"""Servers for the world_postgres tests: the PostgreSQL named by WORLD_TEST_POSTGRES_URL, and
-a throwaway cluster (initdb on a free loopback port) that tests may restart."""
+"""Servers for the world_postgres tests: the PostgreSQL named by WORLD_TEST_POSTGRES_URL, a
+throwaway cluster (initdb on a free loopback port) that tests may restart, and one that checks
+passwords (scram-sha-256)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -73,14 +75,17 @@ def pg_bin() -> Path | None:
 
 
 class Cluster:
-    """A throwaway PostgreSQL cluster on loopback; ``restart`` keeps its data."""
+    """A throwaway PostgreSQL cluster on loopback; ``restart`` keeps its data. With a
+    ``password``, every login needs one (scram-sha-256); ``url`` carries the superuser's."""
 
-    def __init__(self, bindir: Path, directory: Path) -> None:
+    def __init__(self, bindir: Path, directory: Path, password: str | None = None) -> None:
         self.bindir = bindir
         self.directory = directory
         self.data = directory / "data"
         self.port = free_port()
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self.password = password
+        user = "postgres" if password is None else f"postgres:{password}"
+        self.url = f"postgresql://{user}@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
         command = list(argv)
@@ -92,8 +97,15 @@ class Cluster:
     def init(self) -> None:
         if os.geteuid() == 0:
             shutil.chown(self.directory, "postgres")
+        auth = ["-A", "trust"]
+        if self.password is not None:
+            pwfile = self.directory / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            if os.geteuid() == 0:
+                shutil.chown(pwfile, "postgres")
+            auth = ["-A", "scram-sha-256", f"--pwfile={pwfile}"]
         self._run(
-            str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
+            str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres", *auth,
             "-E", "UTF8", "--no-sync",
         )  # fmt: skip
 
@@ -119,16 +131,15 @@ class Cluster:
         )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    """A throwaway cluster for tests that restart the server."""
+@contextmanager
+def _throwaway(password: str | None = None) -> Iterator[Cluster]:
     bindir = pg_bin()
     if bindir is None:
         _unavailable("initdb not found: apt-get install -y postgresql")
     with tempfile.TemporaryDirectory(prefix="world_pg_") as folder:
         directory = Path(folder)
         os.chmod(directory, 0o755)
-        server = Cluster(bindir, directory)
+        server = Cluster(bindir, directory, password)
         try:
             server.init()
             server.start()
@@ -141,3 +152,17 @@ def cluster() -> Iterator[Cluster]:
             yield server
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A throwaway cluster for tests that restart the server."""
+    with _throwaway() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def auth_cluster() -> Iterator[Cluster]:
+    """A throwaway cluster that checks passwords (scram-sha-256)."""
+    with _throwaway(password=f"su-{secrets.token_hex(8)}") as server:
+        yield server

@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,6 @@ import pytest
 import redis
 
 from world_redis import RedisWorld, connect
-
-_START_TIMEOUT = 20.0
 
 _START_TIMEOUT = 20.0
 
@@ -61,13 +59,25 @@ def _binary(name: str) -> str:
 
 
 class Server:
-    """One redis-server in ``directory`` on ``port``; ``stop``/``start`` keep its data dir."""
+    """One redis-server in ``directory`` on ``port``; ``stop``/``start`` keep its data dir.
+    ``extra``: more configuration arguments (``--requirepass``, ``--user``); ``password``: the
+    default user's, for the readiness check."""
 
-    def __init__(self, directory: Path, *, durable: bool, cluster: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        durable: bool,
+        cluster: bool = False,
+        extra: Sequence[str] = (),
+        password: str | None = None,
+    ) -> None:
         self.directory = directory
         self.port = free_port(with_bus=cluster)
         self.durable = durable
         self.cluster = cluster
+        self.extra = list(extra)
+        self.password = password
         self._process: subprocess.Popen[bytes] | None = None
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -95,10 +105,12 @@ class Server:
             argv += ["--appendonly", "no"]
         if self.cluster:
             argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-        return argv
+        return argv + self.extra
 
     def ping(self) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
+        client = redis.Redis(
+            host="127.0.0.1", port=self.port, password=self.password, socket_timeout=1.0
+        )
         try:
             return bool(client.ping())
         except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
@@ -238,6 +250,32 @@ async def rworld(any_url: str) -> AsyncIterator[RedisWorld]:
 def durable_server(tmp_path: Path) -> Iterator[Server]:
     """A server with ``--appendonly yes --appendfsync always`` in a temp dir, on a free port."""
     server = Server(tmp_path / "durable", durable=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+AUTH_PASSWORD = "s3cret-Pa55"
+AUTH_USER_PASSWORD = "us3r-Pa55"
+
+
+@pytest.fixture(scope="session")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A redis-server that wants a password (``AUTH_PASSWORD``); users ``scripts_off`` (may
+    log in and read INFO, may run no script) and ``nothing`` (may run nothing), both with
+    ``AUTH_USER_PASSWORD``."""
+    server = Server(
+        Path(tmp_path_factory.mktemp("redis-auth")),
+        durable=False,
+        extra=[
+            "--requirepass", AUTH_PASSWORD,
+            "--user", "scripts_off", "on", f">{AUTH_USER_PASSWORD}", "~*", "+@all", "-@scripting",
+            "--user", "nothing", "on", f">{AUTH_USER_PASSWORD}", "~*", "-@all",
+        ],
+        password=AUTH_PASSWORD,
+    )  # fmt: skip
     server.start()
     try:
         yield server

@@ -131,7 +131,16 @@ async def test_replica_of_an_unreachable_server_fails_fast(
 
 
 async def test_unknown_host_fails_without_hanging() -> None:
-    with anyio.fail_after(WAIT), pytest.raises(BackendUnavailableError) as caught:
+    """A name the resolver says does not exist is a settings error; a resolver that does not
+    answer is a transient fault."""
+    try:
+        socket.getaddrinfo("world-turso-test.invalid", 443)
+    except socket.gaierror as exc:
+        unknown = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
+    else:
+        unknown = False
+    expected = ConfigurationError if unknown else BackendUnavailableError
+    with anyio.fail_after(WAIT), pytest.raises(expected) as caught:
         await connect(url="libsql://world-turso-test.invalid")
     assert SECRET not in _chain(caught.value)
 

@@ -22,12 +22,11 @@ from world_local import _outbox as outbox
 from world_local._files import fsync_dir, sweep_temps
 from world_local._log import LocalLog
 from world_local._queue import LocalQueue
-from world_local._space import Space, translate
+from world_local._space import ENV_DIR, Space, translate
 from world_local._stream import LocalStream
 
 __all__ = ["DEFAULT_DIR", "ENV_DIR", "LocalWorld", "connect"]
 
-ENV_DIR = "WORKFLOW_LOCAL_DIR"
 DEFAULT_DIR = ".workflow-data"
 _KINDS = ("logs", "queues", "streams", outbox.FOLDER)
 
@@ -40,10 +39,10 @@ class LocalWorld(World):
 
     name = "local"
 
-    def __init__(self, folder: Path, namespace: str) -> None:
+    def __init__(self, folder: Path, namespace: str, setting: str = ENV_DIR) -> None:
         self.folder = folder
         self.namespace = validate_namespace(namespace)
-        self._space = Space(folder / namespace)
+        self._space = Space(folder / namespace, setting)
         self.log = LocalLog(self._space)
         self.queue = LocalQueue(self._space, self.log.finish_outbox)
         self.stream = LocalStream(self._space)
@@ -68,31 +67,36 @@ class LocalWorld(World):
         self._space.closed = True
 
 
-def _folder(url: str | None) -> Path:
+def _folder(url: str | None) -> tuple[Path, str]:
+    """The folder, and where it came from (``url=`` or ``WORKFLOW_LOCAL_DIR``)."""
+    setting = "url=" if url is not None else ENV_DIR
     raw = url if url is not None else os.environ.get(ENV_DIR) or DEFAULT_DIR
     if raw.startswith("file:"):
         parts = urlsplit(raw)
         if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
             raise ConfigurationError(
-                f"{raw!r} is not a local folder URL; use file:///absolute/path or a plain path "
-                f"(in {ENV_DIR} or --url)"
+                f"{raw!r} (from {setting}) is not a local folder URL; use file:///absolute/path "
+                "or a plain path"
             )
         raw = unquote(parts.path)
     if not raw:
         raise ConfigurationError(f"the local World needs a folder: set {ENV_DIR}")
-    return Path(raw).expanduser().absolute()
+    return Path(raw).expanduser().absolute(), setting
 
 
 async def connect(*, url: str | None = None, namespace: str = "default") -> LocalWorld:
     """Open the local World in folder ``url`` (a path or ``file://`` URL; default
-    ``$WORKFLOW_LOCAL_DIR``, else ``.workflow-data`` in the current directory).
+    ``$WORKFLOW_LOCAL_DIR``, else ``.workflow-data`` in the current directory). The folder and
+    its parents are created if missing.
 
     Raises:
-        ConfigurationError: ``url`` is not a local folder.
-        BackendUnavailableError: the folder cannot be created or written.
+        ConfigurationError: ``url`` is not a local folder, or the folder cannot be used: a file
+            stands where a folder should be, no permission, a read-only file system (the
+            message names the path and ``WORKFLOW_LOCAL_DIR`` or ``url=``).
+        BackendUnavailableError: another fault of the file system (a full disk ...).
     """
     validate_namespace(namespace)
-    folder = _folder(url)
+    folder, setting = _folder(url)
 
     def prepare() -> None:
         for kind in _KINDS:
@@ -101,6 +105,6 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Loca
         fsync_dir(folder / namespace)  # the folders hold acknowledged files from now on
         fsync_dir(folder)
 
-    with translate(folder):
+    with translate(folder, setting):
         await anyio.to_thread.run_sync(prepare)
-    return LocalWorld(folder, namespace)
+    return LocalWorld(folder, namespace, setting)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -15,13 +17,29 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from world_core.errors import BackendUnavailableError, ClosedError, WorldError
+from world_core.errors import (
+    BackendUnavailableError,
+    ClosedError,
+    ConfigurationError,
+    WorldError,
+)
 from world_local._files import DamagedStoreError, FoldedFile, read_frame
 
-__all__ = ["CACHED_FILES", "POLL_MAX", "POLL_MIN", "Space", "file_name", "pause", "translate"]
+__all__ = [
+    "CACHED_FILES",
+    "ENV_DIR",
+    "POLL_MAX",
+    "POLL_MIN",
+    "Space",
+    "file_name",
+    "pause",
+    "translate",
+]
 
 R = TypeVar("R")
 F = TypeVar("F", bound=FoldedFile)
+
+ENV_DIR = "WORKFLOW_LOCAL_DIR"
 
 CACHED_FILES = 4096
 """Folded files kept in memory per namespace; the least recently used go beyond that."""
@@ -42,8 +60,10 @@ class Space:
     """One namespace folder: ``logs/``, ``queues/``, ``streams/`` (one file per object) and
     ``outbox/``; the folded files this process keeps, its worker threads and its wake-ups."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, setting: str = ENV_DIR) -> None:
         self.folder = folder
+        self.setting = setting
+        """Where the folder came from, for messages: ``WORKFLOW_LOCAL_DIR`` or ``url=``."""
         self.closed = False
         self._files: OrderedDict[tuple[str, str], FoldedFile] = OrderedDict()
         self._files_mutex = threading.Lock()
@@ -96,7 +116,7 @@ class Space:
         """Run blocking file work in a worker thread, with OS errors translated."""
         if self.closed:
             raise ClosedError("this local World was closed; open a new one")
-        with translate(self.folder):
+        with translate(self.folder, self.setting):
             return await anyio.to_thread.run_sync(fn)
 
     # Wake-ups: writers of this process set an Event per object; other processes are noticed
@@ -117,9 +137,53 @@ class Space:
             event.set()  # an event of a finished loop has no waiter left: setting it is harmless
 
 
+# A folder that cannot be used as it is set: retrying will not help, the setting must change.
+_SETTINGS_ERRORS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP}
+)
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The first part of ``path`` that exists and is not a folder."""
+    for part in [*reversed(path.parents), path]:
+        try:
+            mode = os.stat(part).st_mode
+        except OSError:
+            return None
+        if not stat.S_ISDIR(mode):
+            return part
+    return None
+
+
+def _os_error(folder: Path, setting: str, exc: OSError) -> WorldError:
+    where = f"the local World's folder {folder} (from {setting})"
+    path = Path(os.fsdecode(exc.filename)) if exc.filename is not None else folder
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocker = _file_in_the_way(path)
+        if blocker is not None:
+            return ConfigurationError(
+                f"{where} cannot be used: {blocker} is a file, not a folder. Point {setting} at "
+                "a folder (it is created if missing), or move that file away"
+            )
+    if exc.errno in _SETTINGS_ERRORS:
+        return ConfigurationError(
+            f"{where} cannot be used: {reason} for {path}. Point {setting} at a folder this "
+            f"user (uid {os.geteuid()}) can create and write, or fix that folder's permissions"
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return BackendUnavailableError(
+            f"{where}: the disk is full ({reason}); free space, then retry"
+        )
+    return BackendUnavailableError(f"{where}: {reason} ({path}); check the disk, then retry")
+
+
 @contextmanager
-def translate(folder: Path) -> Iterator[None]:
-    """The one place where file-system errors become World errors."""
+def translate(folder: Path, setting: str = ENV_DIR) -> Iterator[None]:
+    """The one place where file-system errors become World errors. ``setting`` names where
+    ``folder`` came from (``WORKFLOW_LOCAL_DIR`` or ``url=``): a folder that cannot be used (a
+    file in its path, no permission, a read-only file system) is a ConfigurationError naming
+    it; other faults are transient."""
     try:
         yield
     except DamagedStoreError as exc:
@@ -127,10 +191,7 @@ def translate(folder: Path) -> Iterator[None]:
             f"the local store in {folder} is damaged ({exc}); restore it from a backup"
         ) from exc
     except OSError as exc:
-        raise BackendUnavailableError(
-            f"local store in {folder}: {exc.strerror or exc}; check the disk and permissions, "
-            "then retry"
-        ) from exc
+        raise _os_error(folder, setting, exc) from exc
 
 
 async def pause(event: anyio.Event, delay: float) -> None:

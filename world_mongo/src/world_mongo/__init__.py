@@ -7,6 +7,20 @@ wake-ups where a replica set offers them. Open it through ``world_core.open_worl
     world = await connect(url="mongodb://127.0.0.1:27017/app", namespace="default")
 """
 
-from world_mongo._world import DEFAULT_DATABASE, URL_VARIABLE, MongoWorld, connect
+from world_mongo._world import (
+    CONNECT_TIMEOUT_VARIABLE,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DATABASE,
+    URL_VARIABLE,
+    MongoWorld,
+    connect,
+)
 
-__all__ = ["DEFAULT_DATABASE", "URL_VARIABLE", "MongoWorld", "connect"]
+__all__ = [
+    "CONNECT_TIMEOUT_VARIABLE",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_DATABASE",
+    "URL_VARIABLE",
+    "MongoWorld",
+    "connect",
+]

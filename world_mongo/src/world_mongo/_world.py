@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from pymongo import AsyncMongoClient, IndexModel
+import pymongo
+from pymongo import AsyncMongoClient, IndexModel, monitoring
 from pymongo import errors as pe
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.uri_parser import parse_uri
@@ -16,16 +18,28 @@ from pymongo.uri_parser import parse_uri
 from world_core import redact
 from world_core.errors import ClosedError, ConfigurationError
 from world_core.spi import Capabilities, World, validate_namespace
-from world_mongo._errors import translate
+from world_mongo._errors import CONNECT_TIMEOUT_VARIABLE, URL_VARIABLE, Opening, translate
 from world_mongo._log import MongoLog
 from world_mongo._queue import MongoQueue, queue_indexes
 from world_mongo._segments import Doc, Segments
 from world_mongo._stream import MongoStream
 from world_mongo._wakeup import Backoff, Notifier, follow_change_stream, notifier_for
 
-__all__ = ["DEFAULT_DATABASE", "URL_VARIABLE", "MongoWorld", "connect"]
+__all__ = [
+    "CONNECT_TIMEOUT_VARIABLE",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_DATABASE",
+    "URL_VARIABLE",
+    "MongoWorld",
+    "connect",
+]
 
-URL_VARIABLE = "WORKFLOW_MONGO_URL"
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds a World may take to reach its server when it opens (``WORKFLOW_MONGO_CONNECT_TIMEOUT``),
+and the ``connectTimeoutMS`` of every later connection unless the URL sets one."""
+DEFAULT_SERVER_SELECTION_MS = 10_000
+"""How long a call of an open World waits for a server (a failover, a restart) unless the URL
+sets ``serverSelectionTimeoutMS``."""
 DEFAULT_DATABASE = "world"
 """Used when the URL names no database (``mongodb://host/`` rather than ``.../mydb``)."""
 
@@ -61,8 +75,10 @@ class MongoWorld(World):
         database: str,
         namespace: str,
         replica_set: bool,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         self.namespace = namespace
+        self._connect_timeout = connect_timeout
         self._client = client
         self._url = url
         self._database = database
@@ -100,6 +116,7 @@ class MongoWorld(World):
             "database": self._database,
             "collection_prefix": self._prefix,
             "wakeups": "change streams + polling" if self._replica_set else "polling",
+            CONNECT_TIMEOUT_VARIABLE: f"{self._connect_timeout:g}",
         }
 
     @property
@@ -183,39 +200,138 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Mong
         namespace: prefixes every collection name (``world.<namespace>.``), so namespaces
             share one database and never see each other's data.
 
+    ``WORKFLOW_MONGO_CONNECT_TIMEOUT`` (seconds, default 5) bounds the first command: a server
+    that cannot be reached fails the call then (at once when every server refused the
+    connection or has an unknown name), naming the hosts, the system's reason and where the URL
+    came from (``WORKFLOW_MONGO_URL`` or ``url=``). Calls of an open World wait up to
+    ``serverSelectionTimeoutMS`` (default 10 s) for a server instead.
+
     Raises:
-        ConfigurationError: no URL, or a URL pymongo refuses (the message never shows it
-            unredacted).
-        BackendUnavailableError: the server did not answer.
+        ConfigurationError: no URL, a URL pymongo refuses (the message never shows it
+            unredacted), a bad connect timeout, an unknown host name, refused credentials.
+        BackendUnavailableError: the server refused the connection or did not answer within
+            the connect timeout; nothing was done.
     """
     validate_namespace(namespace)
+    source = "url="
     if url is None:
-        url = os.environ.get(URL_VARIABLE, "").strip()
+        url, source = os.environ.get(URL_VARIABLE, "").strip(), URL_VARIABLE
         if not url:
             raise ConfigurationError(
                 f"{URL_VARIABLE} is not set: set it to your MongoDB URL, "
                 "e.g. mongodb://127.0.0.1:27017/world"
             )
+    timeout = _connect_timeout()
     options: dict[str, Any] = {"tz_aware": True, "appname": "world_mongo"}
-    if "serverselectiontimeoutms" not in url.lower():
-        options["serverSelectionTimeoutMS"] = 10_000
+    lowered = url.lower()
+    if "serverselectiontimeoutms" not in lowered:
+        options["serverSelectionTimeoutMS"] = DEFAULT_SERVER_SELECTION_MS
+    if "connecttimeoutms" not in lowered:
+        options["connectTimeoutMS"] = max(1, round(timeout * 1000))
+    checks = _Checks()
+    options["event_listeners"] = [checks]
     try:
         client: AsyncMongoClient[Doc] = AsyncMongoClient(url, **options)
         database = client.get_default_database(DEFAULT_DATABASE).name
     except (pe.ConfigurationError, pe.InvalidURI, ValueError, TypeError) as exc:
         raise ConfigurationError(
-            f"{URL_VARIABLE} ({redact(url)}) is not a usable MongoDB URL: {type(exc).__name__}; "
-            "fix the URL"
+            f"{redact(url)} (from {source}) is not a usable MongoDB URL: "
+            f"{type(exc).__name__}; fix the URL"
         ) from exc
+
+    def servers() -> dict[str, Exception | None]:
+        described = client.topology_description.server_descriptions()
+        return {
+            f"{host}:{port}": checks.failures.get(f"{host}:{port}") or found.error
+            for (host, port), found in described.items()
+        }
+
+    opening = Opening(where=redact(url), source=source, timeout=timeout, servers=servers)
     try:
-        with translate("connect to MongoDB"):
-            hello = await client.admin.command("hello")
+        with translate("connect to MongoDB", opening):
+            hello = await _first_hello(client, checks, within=timeout)
         replica_set = bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
         world = MongoWorld(
-            client, url=url, database=database, namespace=namespace, replica_set=replica_set
+            client,
+            url=url,
+            database=database,
+            namespace=namespace,
+            replica_set=replica_set,
+            connect_timeout=timeout,
         )
         await world._open()
     except BaseException:
         await client.close()
         raise
     return world
+
+
+class _Checks(monitoring.ServerHeartbeatListener):
+    """The failed checks of pymongo's server monitors, by ``host:port``, and a wake-up for
+    :func:`_first_hello`."""
+
+    def __init__(self) -> None:
+        self.failures: dict[str, Exception] = {}
+        self.changed = asyncio.Event()
+
+    def started(self, event: monitoring.ServerHeartbeatStartedEvent) -> None:
+        pass
+
+    def succeeded(self, event: monitoring.ServerHeartbeatSucceededEvent) -> None:
+        host, port = event.connection_id
+        self.failures.pop(f"{host}:{port}", None)
+
+    def failed(self, event: monitoring.ServerHeartbeatFailedEvent) -> None:
+        host, port = event.connection_id
+        self.failures[f"{host}:{port}"] = event.reply
+        self.changed.set()
+
+
+async def _first_hello(
+    client: AsyncMongoClient[Doc], checks: _Checks, within: float
+) -> Mapping[str, Any]:
+    """``hello``, within ``within`` seconds (a World that never reached its server fails fast; calls
+    of an open World wait for a server selection timeout instead). pymongo's server selection
+    waits its whole timeout even when every server has refused the connection or has an
+    unknown name: that ends the wait as soon as the monitors report it.
+
+    Raises:
+        pe.ConnectionFailure: every server's check failed, or the timeout passed. The client is
+            closed then: a command cancelled while it selects a server ends only when its
+            client closes (or its timeout passes).
+    """
+    with pymongo.timeout(within):  # the task copies the context, deadline included
+        command = asyncio.ensure_future(client.admin.command("hello"))
+    try:
+        while True:
+            checks.changed.clear()
+            described = client.topology_description.server_descriptions()
+            if described and all(f"{h}:{p}" in checks.failures for h, p in described):
+                raise pe.ConnectionFailure("every server's check failed")
+            woken = asyncio.ensure_future(checks.changed.wait())
+            done, _ = await asyncio.wait({command, woken}, return_when=asyncio.FIRST_COMPLETED)
+            woken.cancel()
+            if command in done:
+                hello: Mapping[str, Any] = command.result()
+                return hello
+    finally:
+        if not command.done():
+            command.cancel()
+            await client.close()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await command
+
+
+def _connect_timeout() -> float:
+    raw = os.environ.get(CONNECT_TIMEOUT_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_CONNECT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(
+            f"{CONNECT_TIMEOUT_VARIABLE}={raw!r} is not a positive number of seconds"
+        )
+    return value

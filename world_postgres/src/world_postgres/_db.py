@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
@@ -22,7 +26,7 @@ from world_core.errors import (
 )
 from world_postgres._schema import MIGRATIONS
 
-__all__ = ["Conn", "Database", "is_transient", "tag", "translate"]
+__all__ = ["Conn", "Database", "Target", "is_transient", "tag", "translate"]
 
 T = TypeVar("T")
 Conn = Any
@@ -86,30 +90,106 @@ def is_missing(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.PostgresError) and _sqlstate(exc) in _MISSING_STATES
 
 
+# getaddrinfo's answers for a name that does not exist (a typo), as opposed to EAI_AGAIN (the
+# resolver did not answer) and the like, which may pass.
+_UNKNOWN_HOST = {
+    code for code in (getattr(socket, name, None) for name in ("EAI_NONAME", "EAI_NODATA")) if code
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a World connects, as messages show it: never with the password."""
+
+    where: str
+    """The URL, redacted."""
+    address: str
+    """``host:port`` (the first of several hosts; the socket folder for a Unix socket)."""
+    source: str
+    """Where the URL came from: ``WORKFLOW_POSTGRES_URL``, ``DATABASE_URL`` or ``url=``."""
+    connect_timeout: float
+
+
+def address_of(url: str) -> str:
+    """``host:port`` of a ``postgresql://`` URL as asyncpg reads it, for messages only."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    host = unquote(parts.netloc.rpartition("@")[2].split(",")[0])  # the password is left of @
+    if not host:
+        host = query.get("host", [os.environ.get("PGHOST", "localhost")])[0].split(",")[0]
+    if host.startswith("/") or ":" in host.rpartition("]")[2]:  # a socket folder, or a port
+        return host
+    return f"{host}:{query.get('port', [os.environ.get('PGPORT', '5432')])[0]}"
+
+
+def _reason(exc: BaseException) -> str:
+    """The operating system's words for a socket error, without addresses or Python names."""
+    errno = getattr(exc, "errno", None)
+    if isinstance(exc, socket.gaierror):
+        return exc.strerror or str(exc)
+    if isinstance(errno, int) and errno > 0:
+        return os.strerror(errno)
+    return str(exc) or ("no answer in time" if isinstance(exc, TimeoutError) else "no details")
+
+
+def _not_connected(what: str, target: Target, exc: BaseException) -> WorldError:
+    """The World's first connection failed: it never worked, so nothing is retried or unknown."""
+    head = f"{what}: cannot connect to PostgreSQL at {target.address}"
+    url = f"{target.source} ({target.where})"
+    if isinstance(exc, socket.gaierror) and exc.errno in _UNKNOWN_HOST:
+        return ConfigurationError(
+            f"{head}: the host name is unknown ({_reason(exc)}); fix the host in {url}"
+        )
+    if isinstance(exc, asyncpg.PostgresError):  # the server answered: starting, full ...
+        return BackendUnavailableError(
+            f"{head}: the server refused the connection ({exc}); retry later. Nothing was done."
+        )
+    if isinstance(exc, TimeoutError):
+        reason = (
+            f"no answer within {target.connect_timeout:g} s (WORKFLOW_POSTGRES_CONNECT_TIMEOUT)"
+        )
+    else:
+        reason = _reason(exc)
+    return BackendUnavailableError(
+        f"{head}: {reason}. Check that the server runs and that {url} names the right host "
+        "and port. Nothing was done."
+    )
+
+
 @contextmanager
-def translate(what: str, where: str) -> Iterator[None]:
-    """Translate asyncpg and socket errors raised inside into :mod:`world_core.errors`."""
+def translate(what: str, target: Target, *, first: bool = False) -> Iterator[None]:
+    """Translate asyncpg and socket errors raised inside into :mod:`world_core.errors`.
+
+    ``first``: the block opens the World's first connection. Its failure is reported as such
+    (the World never worked); later connection failures are transient faults, retried by
+    :meth:`Database.run`.
+    """
     try:
         yield
     except WorldError:
         raise
-    except asyncpg.exceptions.InvalidPasswordError as exc:
-        raise ConfigurationError(
-            f"{what}: PostgreSQL at {where} refused the credentials; fix the user or password "
-            "in WORKFLOW_POSTGRES_URL (or DATABASE_URL)"
-        ) from exc
     except asyncpg.exceptions.InvalidCatalogNameError as exc:
         raise ConfigurationError(
-            f"{what}: the database named in WORKFLOW_POSTGRES_URL ({where}) does not exist; "
+            f"{what}: the database named in {target.source} ({target.where}) does not exist; "
             "create it or point the URL at an existing one"
+        ) from exc
+    except asyncpg.exceptions.InvalidAuthorizationSpecificationError as exc:
+        # 28000 and 28P01: a wrong password, a role that does not exist, no pg_hba.conf entry.
+        raise ConfigurationError(
+            f"{what}: PostgreSQL at {target.address} refused the login ({exc}); fix the user "
+            f"or password in {target.source} ({target.where}), or let the server accept them "
+            "(pg_hba.conf)"
         ) from exc
     except asyncpg.exceptions.InsufficientPrivilegeError as exc:
         raise ConfigurationError(
-            f"{what}: the PostgreSQL user lacks a privilege ({exc.__class__.__name__}: "
-            f"{exc}); grant CREATE on the database or use another user"
+            f"{what}: the PostgreSQL user of {target.source} ({target.where}) lacks a "
+            f"privilege ({exc}); grant it CREATE on the database (world-postgres creates and "
+            "owns its schema) or use another user"
         ) from exc
     except asyncpg.exceptions.ClientConfigurationError as exc:
-        raise ConfigurationError(f"{what}: invalid PostgreSQL connection setting: {exc}") from exc
+        raise ConfigurationError(
+            f"{what}: invalid PostgreSQL connection setting in {target.source}: {exc}"
+        ) from exc
     except (
         asyncpg.PostgresError,
         asyncpg.InterfaceError,
@@ -117,14 +197,16 @@ def translate(what: str, where: str) -> Iterator[None]:
         OSError,
         TimeoutError,
     ) as exc:
+        if first and (is_transient(exc) or not isinstance(exc, asyncpg.PostgresError)):
+            raise _not_connected(what, target, exc) from exc
         if is_transient(exc):
             raise BackendUnavailableError(
-                f"{what}: PostgreSQL at {where} is unavailable "
-                f"({exc.__class__.__name__}); retry later. Whether the call took effect is "
-                "unknown."
+                f"{what}: PostgreSQL at {target.where} is unavailable "
+                f"({exc.__class__.__name__}: {_reason(exc)}); retry later. Whether the call "
+                "took effect is unknown."
             ) from exc
         raise WorldError(
-            f"{what}: PostgreSQL at {where} failed ({exc.__class__.__name__}: {exc}); "
+            f"{what}: PostgreSQL at {target.where} failed ({exc.__class__.__name__}: {exc}); "
             "this is a bug in world-postgres or a changed schema, please report it"
         ) from exc
 
@@ -163,6 +245,10 @@ class _Pool:
         self._busy.add(conn)
         return conn
 
+    def keep(self, conn: Conn) -> None:
+        """Add a connection opened outside the pool to its idle ones."""
+        self._idle.append(conn)
+
     def release(self, conn: Conn, *, reuse: bool) -> None:
         self._busy.discard(conn)
         if reuse and not self.closed and not conn.is_closed() and not conn.is_in_transaction():
@@ -189,13 +275,15 @@ class Database:
     ``run`` executes an operation on a pooled connection; after a transient fault it runs the
     operation again, with ``retried=True`` so that a write can first check whether its earlier
     try committed, until ``retry_seconds`` have passed. Then the fault surfaces as
-    BackendUnavailableError.
+    BackendUnavailableError. The first connection (``open``) is not retried: a World that
+    never worked fails within ``connect_timeout``, naming the setting to check.
     """
 
     def __init__(
         self,
         *,
         url: str,
+        source: str,
         namespace: str,
         pool_size: int,
         retry_seconds: float,
@@ -203,6 +291,7 @@ class Database:
     ) -> None:
         self.url = url
         self.where = redact(url)
+        self.target = Target(self.where, address_of(url), source, connect_timeout)
         self.schema_name = f"world_{namespace}"
         self.schema = quote_ident(self.schema_name)
         self.channel = f"world_{namespace}"
@@ -238,6 +327,9 @@ class Database:
 
     async def open(self) -> None:
         try:
+            with translate("open", self.target, first=True):
+                first = await self.connect()
+            self._pool.keep(first)
             await self.run("open", self._check_and_migrate)
         except BaseException:
             await self.close()
@@ -257,7 +349,7 @@ class Database:
             if pool.closed:
                 raise ClosedError(f"{what}: this World is closed; open a new one")
             try:
-                with translate(what, self.where):
+                with translate(what, self.target):
                     conn = await pool.acquire(self.connect_timeout)
                     reuse = False
                     try:

@@ -35,31 +35,37 @@ def _env_number(name: str, default: float, *, integer: bool) -> float:
     return value
 
 
-def _url(url: str | None) -> str:
-    if url is None:
-        url = os.environ.get("WORKFLOW_POSTGRES_URL") or os.environ.get("DATABASE_URL")
-        if not url:
-            raise ConfigurationError(
-                "no PostgreSQL URL: set WORKFLOW_POSTGRES_URL (or DATABASE_URL), e.g. "
-                "postgresql://user:password@host:5432/dbname"
-            )
+def _url(url: str | None) -> tuple[str, str]:
+    """The URL as asyncpg takes it, and where it came from (for messages)."""
+    if url is not None:
+        source = "url="
+    elif os.environ.get("WORKFLOW_POSTGRES_URL"):
+        url, source = os.environ["WORKFLOW_POSTGRES_URL"], "WORKFLOW_POSTGRES_URL"
+    elif os.environ.get("DATABASE_URL"):
+        url, source = os.environ["DATABASE_URL"], "DATABASE_URL"
+    else:
+        raise ConfigurationError(
+            "no PostgreSQL URL: set WORKFLOW_POSTGRES_URL (or DATABASE_URL), e.g. "
+            "postgresql://user:password@host:5432/dbname"
+        )
     scheme, sep, rest = url.partition("://")
     # SQLAlchemy-style URLs name a driver after '+' (postgresql+asyncpg://): asyncpg is ours.
     base = scheme.split("+", 1)[0].lower()
     if not sep or base not in ("postgres", "postgresql"):
         raise ConfigurationError(
-            f"WORKFLOW_POSTGRES_URL {redact(url)!r} is not a postgresql:// URL; "
+            f"{redact(url)!r} (from {source}) is not a postgresql:// URL; "
             "use postgresql://user:password@host:5432/dbname"
         )
-    return f"postgresql://{rest}"
+    return f"postgresql://{rest}", source
 
 
 class PostgresWorld(World):
     """A World in one PostgreSQL schema, ``world_<namespace>``, through an asyncpg pool.
 
     Quirks beyond the SPI: ``purge`` drops the schema, which the next call (from any process)
-    recreates; calls retry transient faults for ``WORKFLOW_POSTGRES_RETRY_SECONDS`` (writes
-    check first whether their earlier try committed), then raise BackendUnavailableError.
+    recreates; once open, calls retry transient faults for ``WORKFLOW_POSTGRES_RETRY_SECONDS``
+    (writes check first whether their earlier try committed), then raise
+    BackendUnavailableError. Opening does not retry its first connection.
     """
 
     name = "postgres"
@@ -85,6 +91,7 @@ class PostgresWorld(World):
             "channel": self._db.channel,
             "pool_size": str(self._db.pool_size),
             "retry_seconds": f"{self._db.retry_seconds:g}",
+            "connect_timeout": f"{self._db.connect_timeout:g}",
         }
 
     @property
@@ -116,16 +123,24 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Post
 
     Settings read from the environment: ``WORKFLOW_POSTGRES_POOL_SIZE`` (connections, default
     10, plus one LISTEN connection once something waits), ``WORKFLOW_POSTGRES_RETRY_SECONDS``
-    (how long transient faults are retried, default 15), ``WORKFLOW_POSTGRES_CONNECT_TIMEOUT``
-    (seconds, default 5).
+    (how long transient faults are retried once the World is open, default 15),
+    ``WORKFLOW_POSTGRES_CONNECT_TIMEOUT`` (seconds one connection may take to open, default 5).
+
+    The first connection is not retried: a server that refuses it or does not answer within
+    the connect timeout fails the call at once, and the message names the host, the port and
+    the setting the URL came from (``WORKFLOW_POSTGRES_URL``, ``DATABASE_URL`` or ``url=``).
 
     Raises:
-        ConfigurationError: no URL, a malformed setting, bad credentials, a missing database.
-        BackendUnavailableError: the server did not answer within the retry time.
+        ConfigurationError: no URL, a malformed setting, an unknown host name, a refused login
+            (wrong password, unknown role), a missing privilege or database.
+        BackendUnavailableError: the server refused the connection or did not answer within
+            the connect timeout; nothing was done.
     """
     namespace = validate_namespace(namespace)
+    url, source = _url(url)
     db = Database(
-        url=_url(url),
+        url=url,
+        source=source,
         namespace=namespace,
         pool_size=int(_env_number("WORKFLOW_POSTGRES_POOL_SIZE", DEFAULT_POOL_SIZE, integer=True)),
         retry_seconds=_env_number(

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+import socket
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import anyio
 from redis import exceptions as rexc
@@ -27,13 +30,18 @@ from world_core.errors import (
 from world_redis._pipe import Encode, Pipe, encode_command, encode_head
 from world_redis._scripts import Script
 
-__all__ = ["Connection", "open_connection", "translate"]
+__all__ = ["Connection", "connect_timeout", "open_connection", "resolve_url", "translate"]
 
 Client = Redis | RedisCluster
 Arg = bytes | str | int | float
 
 BLOCK_SECONDS = 10.0
 """Longest single blocking call (XREAD BLOCK, BLPOP); waits longer loop, never spin."""
+
+URL_VARIABLE = "WORKFLOW_REDIS_URL"
+CONNECT_TIMEOUT_VARIABLE = "WORKFLOW_REDIS_CONNECT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds to open a World (connect and first answer), and for each later TCP connect."""
 
 _SOCKET_TIMEOUT = 30.0
 _TRANSIENT_PREFIXES = (
@@ -47,22 +55,45 @@ _TRANSIENT_PREFIXES = (
     "READONLY",
     "NOREPLICAS",
 )
+# getaddrinfo's answers for a name that does not exist (a typo), as opposed to EAI_AGAIN (the
+# resolver did not answer) and the like, which may pass.
+_UNKNOWN_HOST = {
+    code for code in (getattr(socket, name, None) for name in ("EAI_NONAME", "EAI_NODATA")) if code
+}
 _logger = logging.getLogger("world_redis")
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 _KEY_CACHE_SIZE = 4096
 
 
+@dataclass(frozen=True)
+class Opening:
+    """A World being opened: what its first connection's errors say (never the password)."""
+
+    where: str
+    """The URL, redacted."""
+    address: str
+    """``host:port``, or the socket path."""
+    source: str
+    """Where the URL came from: ``WORKFLOW_REDIS_URL`` or ``url=``."""
+    timeout: float
+    has_password: bool
+
+
 class translate:
     """Turn redis-py and socket errors into world errors, chained; transient ones into
-    BackendUnavailableError. Messages never carry the URL (it may hold a password).
+    BackendUnavailableError. Messages never carry the password.
+
+    With ``opening``, the block opens a World: a failure to connect says so (the World never
+    worked, nothing was done) and names the setting; later, connection faults are transient.
 
     A class rather than a generator context manager: it wraps every call, so it is kept cheap.
     """
 
-    __slots__ = ("_what",)
+    __slots__ = ("_opening", "_what")
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, opening: Opening | None = None) -> None:
         self._what = what
+        self._opening = opening
 
     def __enter__(self) -> None:
         return None
@@ -72,12 +103,70 @@ class translate:
     ) -> None:
         if exc is None or isinstance(exc, WorldError) or not isinstance(exc, Exception):
             return
-        translated = _translated(self._what, exc)
+        translated = _translated(self._what, exc, self._opening)
         if translated is not None:
             raise translated from exc
 
 
-def _translated(what: str, exc: Exception) -> WorldError | None:
+def _os_error(exc: BaseException) -> OSError | None:
+    """The socket error under a driver error (redis-py raises its own from inside except)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and not isinstance(seen, TimeoutError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """The operating system's words for a connection failure, else the driver's."""
+    found = _os_error(exc)
+    if isinstance(found, socket.gaierror):
+        return found.strerror or str(found)
+    if found is not None and isinstance(found.errno, int) and found.errno > 0:
+        return os.strerror(found.errno)
+    return str(exc) or type(exc).__name__
+
+
+def _not_connected(exc: Exception, opening: Opening) -> WorldError:
+    head = f"cannot connect to Redis at {opening.address}"
+    url = f"{opening.source} ({opening.where})"
+    found = _os_error(exc)
+    if isinstance(found, socket.gaierror) and found.errno in _UNKNOWN_HOST:
+        return ConfigurationError(
+            f"{head}: the host name is unknown ({_reason(exc)}); fix the host in {url}"
+        )
+    if isinstance(exc, rexc.TimeoutError | TimeoutError):
+        reason = f"no answer within {opening.timeout:g} s ({CONNECT_TIMEOUT_VARIABLE})"
+    else:
+        reason = _reason(exc)
+    return BackendUnavailableError(
+        f"{head}: {reason}. Check that the server runs and that {url} names the right host "
+        "and port. Nothing was done."
+    )
+
+
+def _translated(what: str, exc: Exception, opening: Opening | None = None) -> WorldError | None:
+    source = f"{opening.source} ({opening.where})" if opening else f"{URL_VARIABLE} (or url=)"
+    if isinstance(exc, rexc.AuthenticationError):  # WRONGPASS, NOAUTH
+        if opening is not None and not opening.has_password:
+            return ConfigurationError(
+                f"Redis at {opening.address} wants a password and {source} has none: "
+                "use redis://:password@host:port/0 (or redis://user:password@...)"
+            )
+        at = f"Redis at {opening.address}" if opening else f"Redis, during {what},"
+        return ConfigurationError(
+            f"{at} refused the credentials ({str(exc).rstrip('.')}); fix the user name or "
+            f"password in {source}"
+        )
+    if isinstance(exc, rexc.AuthorizationError | rexc.NoPermissionError):  # NOPERM
+        return ConfigurationError(
+            f"Redis refused {what}: {exc}. The user of {source} lacks a permission "
+            "world-redis needs (scripts, streams, lists, sorted sets under world:*); grant "
+            "it (ACL SETUSER <user> +@all ~world:*) or use another user"
+        )
     if isinstance(
         exc,
         rexc.ConnectionError
@@ -86,6 +175,8 @@ def _translated(what: str, exc: Exception) -> WorldError | None:
         | rexc.RedisClusterException
         | OSError,  # includes TimeoutError from the deadlines around pipe and blocking calls
     ):
+        if opening is not None:
+            return _not_connected(exc, opening)
         return BackendUnavailableError(
             f"Redis unavailable during {what}: {type(exc).__name__}: {exc}. "
             "Retry later; whether a write took effect is unknown."
@@ -110,11 +201,20 @@ class Connection:
     through the cluster client, which follows it and learns the new map; a connection error on
     a node makes the cluster client refresh its map (at most once a second)."""
 
-    def __init__(self, main: Client, blocking: Client, *, cluster: bool, url: str) -> None:
+    def __init__(
+        self,
+        main: Client,
+        blocking: Client,
+        *,
+        cluster: bool,
+        url: str,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
         self._main = main
         self._blocking = blocking
         self.cluster = cluster
         self.safe_url = redact(url)
+        self.connect_timeout = connect_timeout
         self._closed = False
         self.pipe = (
             None
@@ -305,84 +405,126 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-def _single(url: str, *, blocking: bool) -> Redis:
+def _single(url: str, *, blocking: bool, timeout: float) -> Redis:
     return Redis.from_url(
         url,
         retry=_no_retry(),
         socket_timeout=None if blocking else _SOCKET_TIMEOUT,
-        socket_connect_timeout=5.0,
+        socket_connect_timeout=timeout,
         decode_responses=False,
     )
 
 
-def _cluster(url: str, *, blocking: bool) -> RedisCluster:
+def _cluster(url: str, *, blocking: bool, timeout: float) -> RedisCluster:
     return RedisCluster.from_url(
         url,
         retry=_no_retry(),
         socket_timeout=None if blocking else _SOCKET_TIMEOUT,
-        socket_connect_timeout=5.0,
+        socket_connect_timeout=timeout,
         decode_responses=False,
     )
 
 
-def resolve_url(url: str | None) -> str:
-    value = url if url is not None else os.environ.get("WORKFLOW_REDIS_URL", "")
+def resolve_url(url: str | None) -> tuple[str, str]:
+    """The URL to open and where it came from (``url=`` or ``WORKFLOW_REDIS_URL``)."""
+    if url is not None:
+        return url, "url="
+    value = os.environ.get(URL_VARIABLE, "")
     if not value:
         raise ConfigurationError(
-            "WORKFLOW_REDIS_URL is not set: set it to redis://host:6379/0 "
+            f"{URL_VARIABLE} is not set: set it to redis://host:6379/0 "
             "(redis+cluster://host:port for Redis Cluster), or pass url="
+        )
+    return value, URL_VARIABLE
+
+
+def connect_timeout() -> float:
+    """``WORKFLOW_REDIS_CONNECT_TIMEOUT`` (seconds), else the default."""
+    raw = os.environ.get(CONNECT_TIMEOUT_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_CONNECT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(
+            f"{CONNECT_TIMEOUT_VARIABLE}={raw!r} is not a positive number of seconds"
         )
     return value
 
 
-async def open_connection(url: str) -> Connection:
-    """Open clients for ``url``.
+def _address(parts: SplitResult) -> str:
+    if parts.scheme.lower() == "unix":
+        return parts.path
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a bad port: the driver refuses the URL, said our way below
+        return parts.netloc.rpartition("@")[2]
+    return f"{host or 'localhost'}:{port or 6379}"
+
+
+async def open_connection(url: str, source: str = URL_VARIABLE) -> Connection:
+    """Open clients for ``url`` (from ``source``, for messages).
 
     ``redis+cluster://`` and ``rediss+cluster://`` always use the cluster client; for
     ``redis://`` and ``rediss://`` the server is asked (``INFO cluster``) and a cluster node
     switches to the cluster client, so any node's address works.
+
+    The first connection and answer must come within ``WORKFLOW_REDIS_CONNECT_TIMEOUT``; a
+    failure is not retried and names ``source``, the address and the system's reason.
     """
+    timeout = connect_timeout()
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("redis", "rediss", "unix", *_CLUSTER_SCHEMES):
         raise ConfigurationError(
-            f"WORKFLOW_REDIS_URL {redact(url)!r} has scheme {scheme!r}; use redis://, rediss://, "
+            f"{redact(url)!r} (from {source}) has scheme {scheme!r}; use redis://, rediss://, "
             "unix://, redis+cluster:// or rediss+cluster://"
         )
     cluster = scheme in _CLUSTER_SCHEMES
     plain = urlunsplit(parts._replace(scheme=_CLUSTER_SCHEMES[scheme])) if cluster else url
+    opening = Opening(
+        where=redact(url),
+        address=_address(parts),
+        source=source,
+        timeout=timeout,
+        has_password=bool(parts.password),
+    )
     try:
-        if not cluster:
-            probe: Any = _single(plain, blocking=False)
-            try:
-                with translate("connect"):
+        with translate("connect", opening), anyio.fail_after(timeout):
+            if not cluster:
+                probe: Any = _single(plain, blocking=False, timeout=timeout)
+                try:
                     info = await probe.execute_command("INFO", "cluster")
-            finally:
-                await probe.aclose()
-            if isinstance(info, dict):  # redis-py parses INFO into a dict
-                cluster = str(info.get("cluster_enabled", 0)) == "1"
-            else:
-                text = info.decode() if isinstance(info, bytes) else str(info)
-                cluster = "cluster_enabled:1" in text
-        if cluster:
-            cmain, cblocking = _cluster(plain, blocking=False), _cluster(plain, blocking=True)
-            try:
-                with translate("connect"):
+                finally:
+                    await probe.aclose()
+                if isinstance(info, dict):  # redis-py parses INFO into a dict
+                    cluster = str(info.get("cluster_enabled", 0)) == "1"
+                else:
+                    text = info.decode() if isinstance(info, bytes) else str(info)
+                    cluster = "cluster_enabled:1" in text
+            if cluster:
+                cmain = _cluster(plain, blocking=False, timeout=timeout)
+                cblocking = _cluster(plain, blocking=True, timeout=timeout)
+                try:
                     await cmain.initialize()
                     await cblocking.initialize()
-            except BaseException:
-                await cmain.aclose()
-                await cblocking.aclose()
-                raise
-            main: Client = cmain
-            blocking: Client = cblocking
-        else:
-            main = _single(plain, blocking=False)
-            blocking = _single(plain, blocking=True)
-    except ValueError:
+                except BaseException:
+                    await cmain.aclose()
+                    await cblocking.aclose()
+                    raise
+                main: Client = cmain
+                blocking: Client = cblocking
+            else:
+                main = _single(plain, blocking=False, timeout=timeout)
+                blocking = _single(plain, blocking=True, timeout=timeout)
+    except ValueError as exc:
+        if isinstance(exc, WorldError):  # ConfigurationError is a ValueError too
+            raise
         # The driver's message may quote the URL, password included: say it our way.
         raise ConfigurationError(
-            f"WORKFLOW_REDIS_URL {redact(url)!r} is not a valid Redis URL: check host, port "
-            "and database number"
+            f"{redact(url)!r} (from {source}) is not a valid Redis URL: check host, port and "
+            "database number"
         ) from None
-    return Connection(main, blocking, cluster=cluster, url=url)
+    return Connection(main, blocking, cluster=cluster, url=url, connect_timeout=timeout)

@@ -48,6 +48,7 @@ class RedisWorld(World):
             "url": self._conn.safe_url,
             "namespace": self.namespace,
             "mode": "cluster" if self._conn.cluster else "single",
+            "connect_timeout": f"{self._conn.connect_timeout:g}",
         }
 
     def __repr__(self) -> str:
@@ -104,11 +105,19 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Redi
         namespace: key prefix ``world:<namespace>:``; worlds of different namespaces on one
             server never see each other's keys.
 
+    ``WORKFLOW_REDIS_CONNECT_TIMEOUT`` (seconds, default 5) bounds the opening: connecting and
+    the first answer. The opening is not retried, and its errors name the host, the port and
+    where the URL came from (``WORKFLOW_REDIS_URL`` or ``url=``). The same timeout bounds each
+    later TCP connect.
+
     Raises:
-        ConfigurationError: no URL, or a URL that is not a Redis URL.
+        ConfigurationError: no URL, a URL that is not a Redis URL, a bad connect timeout, an
+            unknown host name, refused credentials (WRONGPASS, NOAUTH) or a user without the
+            permissions world-redis needs (NOPERM; also when a later call meets it).
         InvalidIdentifierError: a bad namespace.
-        BackendUnavailableError: the server does not answer.
+        BackendUnavailableError: the server refused the connection or did not answer within
+            the connect timeout; nothing was done.
     """
     validate_namespace(namespace)
-    conn = await open_connection(resolve_url(url))
+    conn = await open_connection(*resolve_url(url))
     return RedisWorld(conn, namespace)

@@ -9,7 +9,9 @@ attempts; remote servers are probed with a bounded asyncio request before libsql
 
 from __future__ import annotations
 
+import os
 import random
+import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +32,7 @@ from world_core.errors import (
     ConfigurationError,
     WorldError,
 )
-from world_turso._settings import Mode, Settings
+from world_turso._settings import CONNECT_TIMEOUT_VAR, TOKEN_VAR, Mode, Settings
 
 __all__ = ["Conn", "Database", "Param", "Row", "Tx", "Value"]
 
@@ -52,6 +54,13 @@ _LOGIC_MARKERS = (
     "datatype mismatch",
     "bad parameter or other api misuse",
 )
+
+_AUTH_MARKERS = ("status=401", "status=403")  # Hrana: the server refused the auth token
+# getaddrinfo's answers for a name that does not exist (a typo), as opposed to EAI_AGAIN (the
+# resolver did not answer) and the like, which may pass.
+_UNKNOWN_HOST = {
+    code for code in (getattr(socket, name, None) for name in ("EAI_NONAME", "EAI_NODATA")) if code
+}
 
 _POLL_FLOOR = 0.005  # least time between two data_version checks of one World
 
@@ -369,6 +378,11 @@ def _translating(where: str, secret: str, what: str) -> Iterator[None]:
             message = message.replace(secret, "***")
         cause = exc if not secret or secret not in str(exc) else None
         lowered = message.lower()
+        if any(marker in lowered for marker in _AUTH_MARKERS):
+            raise ConfigurationError(
+                f"the libSQL server {where} refused {what}: {message}. Set {TOKEN_VAR} to a "
+                "valid auth token for this database"
+            ) from cause
         if any(marker in lowered for marker in _BUSY_MARKERS):
             raise _Busy(message) from cause
         if any(marker in lowered for marker in _LOGIC_MARKERS):
@@ -416,16 +430,38 @@ async def _probe(settings: Settings) -> None:
                     head += await stream.receive()
     except TimeoutError as exc:
         raise BackendUnavailableError(
-            f"the libSQL server {where} did not answer within {timeout:g} s "
-            "(WORKFLOW_TURSO_CONNECT_TIMEOUT); check the URL and that the server is up"
+            f"cannot reach the libSQL server at {host}:{port}: no answer within {timeout:g} s "
+            f"({CONNECT_TIMEOUT_VAR}). Check that the server is up and that {settings.source} "
+            f"({where}) names the right host and port. Nothing was done."
         ) from exc
     except (OSError, ssl.SSLError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+        reason = _reason(exc)
+        if isinstance(exc, socket.gaierror) and exc.errno in _UNKNOWN_HOST:
+            raise ConfigurationError(
+                f"cannot reach the libSQL server at {host}:{port}: the host name is unknown "
+                f"({reason}); fix the host in {settings.source} ({where})"
+            ) from exc
         raise BackendUnavailableError(
-            f"cannot reach the libSQL server {where}: {exc or type(exc).__name__}; check the "
-            "URL, the network and that the server is up"
+            f"cannot reach the libSQL server at {host}:{port}: {reason}. Check that the server "
+            f"is up and that {settings.source} ({where}) names the right host and port. "
+            "Nothing was done."
         ) from exc
     if not head.startswith(b"HTTP/"):
         raise BackendUnavailableError(
             f"{where} answered, but not as an HTTP server; is it a libSQL server (sqld) or "
             "Turso URL? (libsql:// and https:// use TLS; http:// does not)"
         )
+
+
+def _reason(exc: BaseException) -> str:
+    """The operating system's words for a socket error (anyio chains the last attempt's under
+    "All connection attempts failed"), else the exception's."""
+    if isinstance(exc, socket.gaierror):
+        return exc.strerror or str(exc)
+    found: BaseException | None = exc
+    while found is not None:
+        errno = getattr(found, "errno", None)
+        if isinstance(found, OSError) and isinstance(errno, int) and errno > 0:
+            return os.strerror(errno)
+        found = found.__cause__
+    return str(exc) or type(exc).__name__

@@ -21,7 +21,7 @@ REPLICA_VAR = "WORKFLOW_TURSO_REPLICA_PATH"
 CONNECT_TIMEOUT_VAR = "WORKFLOW_TURSO_CONNECT_TIMEOUT"
 BUSY_TIMEOUT_VAR = "WORKFLOW_TURSO_BUSY_TIMEOUT"
 
-DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_BUSY_TIMEOUT = 30.0
 
 _REMOTE_SCHEMES = ("libsql", "https", "http")
@@ -47,6 +47,8 @@ class Settings:
     connect_timeout: float
     busy_timeout: float
     auth_token: str = field(default="", repr=False)
+    source: str = URL_VAR
+    """Where ``url`` came from, for messages: ``WORKFLOW_TURSO_URL`` or ``url=``."""
 
 
 def _seconds(name: str, default: float) -> float:
@@ -87,6 +89,11 @@ def _file_path(url: str, var: str = URL_VAR) -> str:
             f"(for example file:{path / 'world.db'})"
         )
     if not path.parent.is_dir():
+        blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise ConfigurationError(
+                f"{var}: {str(blocker)!r} is a file, not a folder; name a database file in a folder"
+            )
         raise ConfigurationError(
             f"{var}: the folder {str(path.parent)!r} does not exist; create it first"
         )
@@ -105,6 +112,7 @@ def read_settings(url: str | None) -> Settings:
         ConfigurationError: no URL, an unknown scheme, a missing folder, a replica path with a
             local URL, or a bad timeout value; the message names the variable to fix.
     """
+    source = "url=" if url is not None else URL_VAR
     given = url if url is not None else os.environ.get(URL_VAR, "")
     given = given.strip()
     if not given:
@@ -120,31 +128,34 @@ def read_settings(url: str | None) -> Settings:
     if scheme in ("", "file") or given.startswith("file:"):
         if replica:
             raise ConfigurationError(
-                f"{REPLICA_VAR} is set but {URL_VAR} is a local file; an embedded replica "
+                f"{REPLICA_VAR} is set but {source} is a local file; an embedded replica "
                 "needs a libsql:// or https:// URL to sync from (or unset the replica path)"
             )
         return Settings(
             mode=Mode.LOCAL,
             url=given,
-            path=_file_path(given),
+            path=_file_path(given, source),
             remote_url=None,
             connect_timeout=connect_timeout,
             busy_timeout=busy_timeout,
             auth_token=token,
+            source=source,
         )
     if scheme not in _REMOTE_SCHEMES:
         hint = " (libsql speaks HTTP: use https:// or libsql://)" if scheme in ("ws", "wss") else ""
         raise ConfigurationError(
-            f"{URL_VAR}={redact(given)!r}: unsupported scheme {scheme!r}{hint}; use file:, "
+            f"{redact(given)!r} (from {source}): unsupported scheme {scheme!r}{hint}; use file:, "
             "libsql://, https:// or http://"
         )
     try:
         parts = urlsplit(given)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError as exc:
-        raise ConfigurationError(f"{URL_VAR}={redact(given)!r} is not a valid URL: {exc}") from exc
+        raise ConfigurationError(
+            f"{redact(given)!r} (from {source}) is not a valid URL: {exc}"
+        ) from exc
     if not parts.hostname:
-        raise ConfigurationError(f"{URL_VAR}={redact(given)!r} has no host name")
+        raise ConfigurationError(f"{redact(given)!r} (from {source}) has no host name")
     if replica:
         return Settings(
             mode=Mode.REPLICA,
@@ -154,6 +165,7 @@ def read_settings(url: str | None) -> Settings:
             connect_timeout=connect_timeout,
             busy_timeout=busy_timeout,
             auth_token=token,
+            source=source,
         )
     return Settings(
         mode=Mode.REMOTE,
@@ -163,4 +175,5 @@ def read_settings(url: str | None) -> Settings:
         connect_timeout=connect_timeout,
         busy_timeout=busy_timeout,
         auth_token=token,
+        source=source,
     )

@@ -1,0 +1,244 @@
+"""Errors a user can act on: a World that cannot open says which setting to fix, the host and
+port it tried and the system's reason, bounded by WORKFLOW_REDIS_CONNECT_TIMEOUT; refused
+credentials (WRONGPASS, NOAUTH) and missing permissions (NOPERM) are settings errors. No
+password is ever shown."""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+import pytest
+
+from world_core import BackendUnavailableError, ConfigurationError, NewEvent
+from world_redis import connect
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "s3cret-Pa55"  # the auth_server's password (conftest)
+USER_SECRET = "us3r-Pa55"  # its users' (conftest)
+WAIT = 60.0
+"""A guard against hanging only: the checks below never depend on how long anything took."""
+
+UNKNOWN_HOST = "world-redis-test.invalid"
+
+
+def _chain(exc: BaseException) -> str:
+    """Every message along the exception's cause/context chain."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None:
+        parts += [str(seen), repr(seen)]
+        seen = seen.__cause__ or seen.__context__
+    return "\n".join(parts)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORKFLOW_REDIS_URL", raising=False)
+    monkeypatch.delenv("WORKFLOW_REDIS_CONNECT_TIMEOUT", raising=False)
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A listener whose connections the kernel accepts and nobody ever answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield sock.getsockname()[1]
+
+
+class Guarded(Protocol):
+    """The ``auth_server`` fixture (conftest): a redis-server that wants a password."""
+
+    port: int
+    password: str | None
+
+
+@pytest.fixture
+def guarded(auth_server: Guarded) -> Guarded:
+    assert auth_server.password == SECRET
+    return auth_server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _resolves_as_unknown(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, 6379)
+    except socket.gaierror as exc:
+        return exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# A server that is not there
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+async def test_closed_port_names_the_variable_host_and_reason(
+    monkeypatch: pytest.MonkeyPatch, scheme: str
+) -> None:
+    port = free_port()
+    monkeypatch.setenv("WORKFLOW_REDIS_URL", f"{scheme}://:{SECRET}@127.0.0.1:{port}/0")
+    with anyio.fail_after(WAIT), pytest.raises(BackendUnavailableError) as caught:
+        await connect()
+    message = str(caught.value)
+    assert "WORKFLOW_REDIS_URL" in message
+    assert f"127.0.0.1:{port}" in message
+    assert os.strerror(errno.ECONNREFUSED) in message
+    assert "took effect" not in message  # no connection was ever opened
+    assert SECRET not in _chain(caught.value)
+
+
+async def test_silent_server_is_bounded_by_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch, silent_port: int
+) -> None:
+    """The kernel accepts the connection, so only the first answer can be waited for: the
+    connect timeout bounds that too (the 30 s socket timeout of later calls did before)."""
+    monkeypatch.setenv("WORKFLOW_REDIS_CONNECT_TIMEOUT", "0.5")
+    with anyio.fail_after(WAIT), pytest.raises(BackendUnavailableError) as caught:
+        await connect(url=f"redis://:{SECRET}@127.0.0.1:{silent_port}/0")
+    message = str(caught.value)
+    assert "no answer within 0.5 s (WORKFLOW_REDIS_CONNECT_TIMEOUT)" in message
+    assert f"127.0.0.1:{silent_port}" in message
+    assert "url=" in message  # the argument, not the variable, was the source
+    assert SECRET not in _chain(caught.value)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan"])
+async def test_bad_connect_timeout_is_refused(
+    monkeypatch: pytest.MonkeyPatch, single_url: str, value: str
+) -> None:
+    monkeypatch.setenv("WORKFLOW_REDIS_CONNECT_TIMEOUT", value)
+    with pytest.raises(ConfigurationError, match="WORKFLOW_REDIS_CONNECT_TIMEOUT"):
+        await connect(url=single_url)
+
+
+async def test_the_connect_timeout_is_shown(
+    monkeypatch: pytest.MonkeyPatch, single_url: str
+) -> None:
+    monkeypatch.setenv("WORKFLOW_REDIS_CONNECT_TIMEOUT", "2.5")
+    world = await connect(url=single_url, namespace=f"wrt_{secrets.token_hex(8)}")
+    try:
+        assert world.settings()["connect_timeout"] == "2.5"
+    finally:
+        await world.aclose()
+
+
+async def test_unknown_host_is_a_configuration_error() -> None:
+    if not _resolves_as_unknown(UNKNOWN_HOST):
+        pytest.skip(f"this machine's resolver does not answer 'unknown' for {UNKNOWN_HOST}")
+    with anyio.fail_after(WAIT), pytest.raises(ConfigurationError) as caught:
+        await connect(url=f"redis://:{SECRET}@{UNKNOWN_HOST}:6379/0")
+    message = str(caught.value)
+    assert f"{UNKNOWN_HOST}:6379" in message
+    assert "host name is unknown" in message
+    assert SECRET not in _chain(caught.value)
+
+
+# --------------------------------------------------------------------------------------------
+# A server that says no
+# --------------------------------------------------------------------------------------------
+
+
+async def test_wrong_password_is_a_configuration_error(
+    guarded: Guarded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrong = "not-the-password-42"
+    monkeypatch.setenv("WORKFLOW_REDIS_URL", f"redis://:{wrong}@127.0.0.1:{guarded.port}/0")
+    with anyio.fail_after(WAIT), pytest.raises(ConfigurationError) as caught:
+        await connect()
+    message = str(caught.value)
+    assert "WORKFLOW_REDIS_URL" in message
+    assert "refused the credentials" in message
+    assert wrong not in _chain(caught.value)
+
+
+async def test_missing_password_is_a_configuration_error(guarded: Guarded) -> None:
+    with anyio.fail_after(WAIT), pytest.raises(ConfigurationError) as caught:
+        await connect(url=f"redis://127.0.0.1:{guarded.port}/0")
+    message = str(caught.value)
+    assert "wants a password" in message
+    assert "url=" in message
+
+
+async def test_user_without_any_permission_cannot_open(guarded: Guarded) -> None:
+    url = f"redis://nothing:{USER_SECRET}@127.0.0.1:{guarded.port}/0"
+    with anyio.fail_after(WAIT), pytest.raises(ConfigurationError) as caught:
+        await connect(url=url)
+    message = str(caught.value)
+    assert "NOPERM" in message or "permission" in message
+    assert "url=" in message
+    assert USER_SECRET not in _chain(caught.value)
+
+
+async def test_user_without_scripts_gets_a_configuration_error_at_first_use(
+    guarded: Guarded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "WORKFLOW_REDIS_URL", f"redis://scripts_off:{USER_SECRET}@127.0.0.1:{guarded.port}/0"
+    )
+    world = await connect(namespace=f"wrt_{secrets.token_hex(8)}")
+    try:
+        with anyio.fail_after(WAIT), pytest.raises(ConfigurationError) as caught:
+            await world.log.append("l", [NewEvent(data=b"x")])
+    finally:
+        await world.aclose()
+    message = str(caught.value)
+    assert "WORKFLOW_REDIS_URL" in message
+    assert "permission" in message
+    assert USER_SECRET not in _chain(caught.value)
+
+
+# --------------------------------------------------------------------------------------------
+# The `world` command, as a user runs it
+# --------------------------------------------------------------------------------------------
+
+
+def _world_info(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("WORKFLOW_")}
+    environment.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "world_core._cli", "info", "--world", "redis", *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+
+
+def test_cli_closed_port(tmp_path: Path) -> None:
+    port = free_port()
+    result = _world_info(cwd=tmp_path, WORKFLOW_REDIS_URL=f"redis://:{SECRET}@127.0.0.1:{port}/0")
+    assert result.returncode == 2, result.stderr
+    assert "WORKFLOW_REDIS_URL" in result.stderr
+    assert f"127.0.0.1:{port}" in result.stderr
+    assert os.strerror(errno.ECONNREFUSED) in result.stderr
+    assert "took effect" not in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+
+
+def test_cli_wrong_password(tmp_path: Path, guarded: Guarded) -> None:
+    wrong = "not-the-password-42"
+    result = _world_info("--url", f"redis://:{wrong}@127.0.0.1:{guarded.port}/0", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "refused the credentials" in result.stderr
+    assert "Retry later" not in result.stderr
+    assert wrong not in result.stderr + result.stdout
