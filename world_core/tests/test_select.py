@@ -167,3 +167,10 @@ async def test_namespace_comes_from_the_environment(
 )
 def test_redact_hides_credentials(url: str, expected: str) -> None:
     assert redact(url) == expected
+
+
+def test_a_url_given_as_the_world_never_shows_its_password() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        resolve_world("postgresql://postgres:sekret@127.0.0.1:1/postgres")
+    assert "sekret" not in str(caught.value)
+    assert "***" in str(caught.value)

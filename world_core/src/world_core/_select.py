@@ -85,11 +85,12 @@ def load_attr(spec: str, setting: str) -> object:
             names ``setting`` and ``spec``.
     """
     module_name, _, attr = spec.partition(":")
+    shown = redact(spec)  # a URL passed here by mistake must not show its password
     try:
         target: object = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(
-            f"{spec!r} (from {setting}) cannot be loaded: cannot import {module_name!r}: {exc}. "
+            f"{shown!r} (from {setting}) cannot be loaded: cannot import {module_name!r}: {exc}. "
             "Install the package that provides it."
         ) from exc
     for part in attr.split("."):
@@ -97,8 +98,8 @@ def load_attr(spec: str, setting: str) -> object:
             target = getattr(target, part)
         except AttributeError as exc:
             raise ConfigurationError(
-                f"{spec!r} (from {setting}) cannot be loaded: {module_name!r} has no attribute "
-                f"{attr!r}"
+                f"{shown!r} (from {setting}) cannot be loaded: {module_name!r} has no attribute "
+                f"{shown.partition(':')[2]!r}"
             ) from exc
     return target
 
