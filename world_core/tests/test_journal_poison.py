@@ -199,7 +199,7 @@ async def test_client_and_agent_arguments_are_checked(world: World) -> None:
     client = Client(world)
     for bad_timeout in (True, "5", math.nan, -1):
         with pytest.raises(InvalidArgumentError, match="timeout"):
-            await client.wait("s", "t", timeout=bad_timeout)  # type: ignore[arg-type]
+            await client.wait("s", "t", timeout=bad_timeout)  # type: ignore[arg-type]  # wrong type under test
     for bad_turn in ("", "a/b", "x" * 300):
         with pytest.raises(InvalidArgumentError, match="turn_id"):
             await client.reply("s", bad_turn)
@@ -207,7 +207,7 @@ async def test_client_and_agent_arguments_are_checked(world: World) -> None:
             await client.failure("s", bad_turn)
     for bad_calls in (2.5, True, "3", 0):
         with pytest.raises(InvalidArgumentError, match="max_model_calls"):
-            Agent(model=_calling("x"), max_model_calls=bad_calls)  # type: ignore[arg-type]
+            Agent(model=_calling("x"), max_model_calls=bad_calls)  # type: ignore[arg-type]  # wrong type under test
     for bad_model in ("x", None, 5):
         with pytest.raises(InvalidArgumentError, match="model"):
-            Agent(model=bad_model)  # type: ignore[arg-type]
+            Agent(model=bad_model)  # type: ignore[arg-type]  # wrong type under test

@@ -437,7 +437,7 @@ async def test_blob_thresholds_are_checked_before_anything_is_written(world: Wor
         with pytest.raises(InvalidArgumentError, match="blob_threshold"):
             Client(world, blob_threshold=bad)  # type: ignore[arg-type]  # refusal under test
         with pytest.raises(InvalidArgumentError, match="blob_threshold"):
-            await Journal.open(world, "s", "t", blob_threshold=bad)  # type: ignore[arg-type]
+            await Journal.open(world, "s", "t", blob_threshold=bad)  # type: ignore[arg-type]  # under test
         with pytest.raises(InvalidArgumentError, match="threshold"):
-            await write_state(world, "s", "doc/x", {"a": 1}, threshold=bad)  # type: ignore[arg-type]
+            await write_state(world, "s", "doc/x", {"a": 1}, threshold=bad)  # type: ignore[arg-type]  # under test
     assert await world.log.tail(LOG) == 0

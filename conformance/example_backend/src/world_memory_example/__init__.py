@@ -455,4 +455,4 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Memo
     return MemoryWorld(url or "memory", namespace)
 
 
-connect.needs_server = False  # type: ignore[attr-defined]
+connect.needs_server = False  # type: ignore[attr-defined]  # a function attribute
