@@ -10,12 +10,13 @@ from __future__ import annotations
 import inspect
 import os
 import random
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import anyio
 
 import world_local
+from world_conformance.wrappers import PassThroughLog, PassThroughWorld
 from world_core import (
     Capabilities,
     Chunk,
@@ -34,75 +35,12 @@ from world_core import (
 from world_core.spi import DEFAULT_MAX_ATTEMPTS, Log, Queue, Stream
 
 
-class Wrapper(World):
+class Wrapper(PassThroughWorld):
     """Delegates everything to ``inner``; subclasses replace one part."""
 
-    def __init__(self, inner: World) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.namespace = inner.namespace
-        self.log = inner.log
-        self.queue = inner.queue
-        self.stream = inner.stream
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
-
-    def settings(self) -> Mapping[str, str]:
-        return self.inner.settings()
-
-    async def purge(self) -> None:
-        await self.inner.purge()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class _LogFault(Log):
-    def __init__(self, inner: Log) -> None:
-        self.inner = inner
-
-    async def append(
-        self,
-        log_id: str,
-        events: Sequence[NewEvent],
-        *,
-        expect_tail: int | None = None,
-        status: str | None = None,
-        messages: Sequence[OutboxMessage] = (),
-    ) -> int:
-        return await self.inner.append(
-            log_id, events, expect_tail=expect_tail, status=status, messages=messages
-        )
-
-    async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        return await self.inner.read(log_id, after=after, limit=limit)
-
-    async def get(self, log_id: str, key: str) -> Event | None:
-        return await self.inner.get(log_id, key)
-
-    async def tail(self, log_id: str) -> int:
-        return await self.inner.tail(log_id)
-
-    async def info(self, log_id: str) -> LogInfo | None:
-        return await self.inner.info(log_id)
-
-    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        return self.inner.watch(log_id, after=after)
-
-    async def list_logs(
-        self,
-        *,
-        prefix: str = "",
-        status: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-    ) -> Page[LogInfo]:
-        return await self.inner.list_logs(prefix=prefix, status=status, cursor=cursor, limit=limit)
-
-    async def delete(self, log_id: str) -> None:
-        await self.inner.delete(log_id)
+class _LogFault(PassThroughLog):
+    """The real log; subclasses change one behaviour."""
 
 
 class _StatusIgnored(_LogFault):

@@ -46,19 +46,16 @@ from world_conformance.journal_agent import (
     effects,
     make_agent,
 )
+from world_conformance.wrappers import PassThroughLog, PassThroughWorld
 from world_core import (
     POSSIBLY_RAN,
-    Capabilities,
     Client,
     CrashPoint,
-    Event,
     Journal,
-    LogInfo,
     ModelReply,
     ModelRequest,
     NewEvent,
     OutboxMessage,
-    Page,
     ScriptedModel,
     SimulatedCrash,
     TurnResult,
@@ -224,13 +221,13 @@ async def _assert_acked(world: World, message_id: str) -> None:
     assert await world.queue.dead_letters(QUEUE) == [], "the turn's message was dead-lettered"
 
 
-class _OutcomeAppendFails(Log):
+class _OutcomeAppendFails(PassThroughLog):
     """The World's log, except that the first append carrying ``key`` raises
     BackendUnavailableError once: before reaching the store (``landed=False``) or after the
     store took it (``landed=True``: the reply was lost on the way back)."""
 
     def __init__(self, inner: Log, key: str, *, landed: bool) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.key = key
         self.landed = landed
         self.failures = 0
@@ -255,55 +252,12 @@ class _OutcomeAppendFails(Log):
             log_id, events, expect_tail=expect_tail, status=status, messages=messages
         )
 
-    async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
-        return await self.inner.read(log_id, after=after, limit=limit)
 
-    async def get(self, log_id: str, key: str) -> Event | None:
-        return await self.inner.get(log_id, key)
-
-    async def tail(self, log_id: str) -> int:
-        return await self.inner.tail(log_id)
-
-    async def info(self, log_id: str) -> LogInfo | None:
-        return await self.inner.info(log_id)
-
-    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        return self.inner.watch(log_id, after=after)
-
-    async def list_logs(
-        self,
-        *,
-        prefix: str = "",
-        status: str | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-    ) -> Page[LogInfo]:
-        return await self.inner.list_logs(prefix=prefix, status=status, cursor=cursor, limit=limit)
-
-    async def delete(self, log_id: str) -> None:
-        await self.inner.delete(log_id)
-
-
-class _WithLog(World):
+class _WithLog(PassThroughWorld):
     """The World under test with another log in front of its own."""
 
     def __init__(self, inner: World, log: Log) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.namespace = inner.namespace
-        self.log = log
-        self.queue = inner.queue
-        self.stream = inner.stream
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
-
-    def settings(self) -> Mapping[str, str]:
-        return self.inner.settings()
-
-    async def purge(self) -> None:
-        await self.inner.purge()
+        super().__init__(inner, log=log)
 
     async def aclose(self) -> None:
         """Nothing: the World under test is closed by its fixture."""
