@@ -9,7 +9,6 @@ import errno
 import gc
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import warnings
@@ -19,6 +18,18 @@ from pathlib import Path
 import anyio
 import pytest
 
+from world_conformance.connect_errors import (
+    error_chain as _chain,
+)
+from world_conformance.connect_errors import (
+    free_port as _free_port,
+)
+from world_conformance.connect_errors import (
+    resolves_as_unknown as _resolves_as_unknown,
+)
+from world_conformance.connect_errors import (
+    silent_listener,
+)
 from world_core import BackendUnavailableError, ConfigurationError
 from world_mongo import connect
 
@@ -29,23 +40,6 @@ WAIT = 60.0
 """A guard against hanging only: the checks below never depend on how long anything took."""
 
 UNKNOWN_HOST = "world-mongo-test.invalid"
-
-
-def _chain(exc: BaseException) -> str:
-    """Every message along the exception's cause/context chain."""
-    parts: list[str] = []
-    seen: BaseException | None = exc
-    while seen is not None:
-        parts += [str(seen), repr(seen)]
-        seen = seen.__cause__ or seen.__context__
-    return "\n".join(parts)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(autouse=True)
@@ -64,23 +58,6 @@ def _collect_leaked_sockets() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A listener whose connections the kernel accepts and nobody ever answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        yield sock.getsockname()[1]
-
-
-def _resolves_as_unknown(host: str) -> bool:
-    try:
-        socket.getaddrinfo(host, 27017)
-    except socket.gaierror as exc:
-        return exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
-    return False
 
 
 # The URL asks for a server selection timeout far beyond any wait here: it can end none of
@@ -207,3 +184,10 @@ def test_cli_closed_port(tmp_path: Path) -> None:
     assert f"127.0.0.1:{port}" in result.stderr
     assert os.strerror(errno.ECONNREFUSED) in result.stderr
     assert SECRET not in result.stderr + result.stdout
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A listener whose connections the kernel accepts and nobody ever answers."""
+    with silent_listener() as port:
+        yield port

@@ -7,9 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +16,19 @@ import anyio
 import asyncpg
 import pytest
 
+from world_conformance.connect_errors import (
+    error_chain as _chain,
+)
+from world_conformance.connect_errors import (
+    free_port as _free_port,
+)
+from world_conformance.connect_errors import (
+    resolves_as_unknown as _resolves_as_unknown,
+)
+from world_conformance.connect_errors import (
+    silent_listener,
+    world_info,
+)
 from world_core import BackendUnavailableError, ConfigurationError
 from world_postgres import connect
 
@@ -30,46 +41,12 @@ WAIT = 60.0
 UNKNOWN_HOST = "world-postgres-test.invalid"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _chain(exc: BaseException) -> str:
-    """Every message along the exception's cause/context chain."""
-    parts: list[str] = []
-    seen: BaseException | None = exc
-    while seen is not None:
-        parts += [str(seen), repr(seen)]
-        seen = seen.__cause__ or seen.__context__
-    return "\n".join(parts)
-
-
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("WORKFLOW_POSTGRES_URL", "DATABASE_URL", "WORKFLOW_POSTGRES_CONNECT_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
     # Opening must not use the retry window of an open World: an hour would show.
     monkeypatch.setenv("WORKFLOW_POSTGRES_RETRY_SECONDS", "3600")
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A listener whose connections the kernel accepts and nobody ever answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        yield sock.getsockname()[1]
-
-
-def _resolves_as_unknown(host: str) -> bool:
-    try:
-        socket.getaddrinfo(host, 5432)
-    except socket.gaierror as exc:
-        return exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
-    return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,21 +177,6 @@ async def test_missing_create_privilege_is_a_configuration_error(roles: Server) 
 # --------------------------------------------------------------------------------------------
 
 
-def _world_info(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("WORKFLOW_")}
-    environment.pop("DATABASE_URL", None)
-    environment.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "world_core._cli", "info", "--world", "postgres", *args],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        check=False,
-    )
-
-
 def test_cli_closed_port(tmp_path: Path) -> None:
     port = _free_port()
     result = _world_info(
@@ -267,3 +229,14 @@ async def test_a_world_that_worked_is_not_affected(pg_url: str) -> None:
     finally:
         await world.purge()
         await world.aclose()
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A listener whose connections the kernel accepts and nobody ever answers."""
+    with silent_listener() as port:
+        yield port
+
+
+def _world_info(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return world_info("postgres", *args, cwd=cwd, **env)

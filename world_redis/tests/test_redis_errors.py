@@ -8,9 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +16,17 @@ from typing import Protocol
 import anyio
 import pytest
 
+from world_conformance.connect_errors import (
+    error_chain as _chain,
+)
+from world_conformance.connect_errors import (
+    free_port,
+    silent_listener,
+    world_info,
+)
+from world_conformance.connect_errors import (
+    resolves_as_unknown as _resolves_as_unknown,
+)
 from world_core import BackendUnavailableError, ConfigurationError, NewEvent
 from world_redis import connect
 
@@ -31,29 +40,10 @@ WAIT = 60.0
 UNKNOWN_HOST = "world-redis-test.invalid"
 
 
-def _chain(exc: BaseException) -> str:
-    """Every message along the exception's cause/context chain."""
-    parts: list[str] = []
-    seen: BaseException | None = exc
-    while seen is not None:
-        parts += [str(seen), repr(seen)]
-        seen = seen.__cause__ or seen.__context__
-    return "\n".join(parts)
-
-
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WORKFLOW_REDIS_URL", raising=False)
     monkeypatch.delenv("WORKFLOW_REDIS_CONNECT_TIMEOUT", raising=False)
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A listener whose connections the kernel accepts and nobody ever answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        yield sock.getsockname()[1]
 
 
 class Guarded(Protocol):
@@ -67,21 +57,6 @@ class Guarded(Protocol):
 def guarded(auth_server: Guarded) -> Guarded:
     assert auth_server.password == SECRET
     return auth_server
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _resolves_as_unknown(host: str) -> bool:
-    try:
-        socket.getaddrinfo(host, 6379)
-    except socket.gaierror as exc:
-        return exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
-    return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,20 +185,6 @@ async def test_user_without_scripts_gets_a_configuration_error_at_first_use(
 # --------------------------------------------------------------------------------------------
 
 
-def _world_info(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("WORKFLOW_")}
-    environment.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "world_core._cli", "info", "--world", "redis", *args],
-        cwd=cwd,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        check=False,
-    )
-
-
 def test_cli_closed_port(tmp_path: Path) -> None:
     port = free_port()
     result = _world_info(cwd=tmp_path, WORKFLOW_REDIS_URL=f"redis://:{SECRET}@127.0.0.1:{port}/0")
@@ -242,3 +203,14 @@ def test_cli_wrong_password(tmp_path: Path, guarded: Guarded) -> None:
     assert "refused the credentials" in result.stderr
     assert "Retry later" not in result.stderr
     assert wrong not in result.stderr + result.stdout
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A listener whose connections the kernel accepts and nobody ever answers."""
+    with silent_listener() as port:
+        yield port
+
+
+def _world_info(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return world_info("redis", *args, cwd=cwd, **env)

@@ -18,6 +18,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from world_conformance.connect_errors import (
+    error_chain as _chain,
+)
+from world_conformance.connect_errors import (
+    free_port as _free_port,
+)
 from world_core import BackendUnavailableError, ConfigurationError
 from world_turso import connect
 
@@ -34,22 +40,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith("WORKFLOW_TURSO_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("WORKFLOW_TURSO_AUTH_TOKEN", SECRET)
-
-
-def _chain(exc: BaseException) -> str:
-    parts: list[str] = []
-    seen: BaseException | None = exc
-    while seen is not None:
-        parts += [str(seen), repr(seen)]
-        seen = seen.__cause__ or seen.__context__
-    return "\n".join(parts)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_refused_port_names_the_variable_host_and_reason(
