@@ -36,6 +36,7 @@ from world_core.errors import (
     NonDeterminismError,
     NotFoundError,
     PossiblyRanError,
+    TurnNotReadyError,
 )
 
 pytestmark = pytest.mark.anyio
@@ -381,17 +382,25 @@ async def test_blobs_are_content_addressed_and_checked(world: World) -> None:
         await blobs.get(BlobRef(digest=ref.digest, size=11))
 
 
-async def test_history_is_fixed_when_the_turn_is_submitted(world: World) -> None:
+async def test_history_is_every_turn_submitted_before(world: World) -> None:
+    """A turn sees every turn submitted before it, also those that replied after it was
+    submitted; it takes no step while one of them has not ended."""
     client = Client(world)
     model = ScriptedModel(lambda request: ModelReply(content=f"seen {len(request.messages)}"))
     agent = Agent(model=model, system="sys")
     await client.submit("s", "one", turn_id="a")
     await client.submit("s", "two", turn_id="b")  # submitted before "a" replied
+    early = await Journal.open(world, "s", "b")
+    assert early.waiting_for == "a"
+    with pytest.raises(TurnNotReadyError) as caught:
+        await agent.run_turn(early)
+    assert caught.value.waiting_for == "a"
+    assert model.calls == []
     assert await agent.run_turn(await Journal.open(world, "s", "a")) == "seen 2"
-    assert await agent.run_turn(await Journal.open(world, "s", "b")) == "seen 2"
+    assert await agent.run_turn(await Journal.open(world, "s", "b")) == "seen 4"
     await client.submit("s", "three", turn_id="c")
     journal = await Journal.open(world, "s", "c")
-    assert journal.history == [("one", "seen 2"), ("two", "seen 2")]
+    assert journal.history == [("one", "seen 2"), ("two", "seen 4")]
     assert await agent.run_turn(journal) == "seen 6"
 
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from world_conformance._target import WorldTarget
     from world_conformance._world import WorldContract
     from world_conformance.journal import JournalContract
+    from world_conformance.journal_order import JournalOrderContract
     from world_conformance.journal_resilience import JournalResilienceContract
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "ContractBase",
     "IsolationContract",
     "JournalContract",
+    "JournalOrderContract",
     "JournalResilienceContract",
     "LifecycleContract",
     "LogContract",
@@ -69,6 +71,7 @@ _HOME = {
     "ContractBase": "_base",
     "IsolationContract": "_isolation",
     "JournalContract": "journal",
+    "JournalOrderContract": "journal_order",
     "JournalResilienceContract": "journal_resilience",
     "LifecycleContract": "_lifecycle",
     "LogContract": "_log",

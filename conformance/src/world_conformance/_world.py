@@ -12,6 +12,7 @@ from world_conformance._process import ProcessContract
 from world_conformance._queue import QueueContract
 from world_conformance._stream import StreamContract
 from world_conformance.journal import JournalContract
+from world_conformance.journal_order import JournalOrderContract
 from world_conformance.journal_resilience import JournalResilienceContract
 
 __all__ = ["WorldContract"]
@@ -30,6 +31,7 @@ class WorldContract(
     # Contracts of the layers above the SPI join here, one line each (JournalContract ...).
     JournalContract,
     JournalResilienceContract,
+    JournalOrderContract,
 ):
     """Every contract of the World SPI; a backend's test class derives from it and sets
     ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override)."""

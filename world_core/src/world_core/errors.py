@@ -21,7 +21,8 @@ conformance suite only ever see these types::
     ├── ModelReplyError                               a paid model reply that cannot be used
     ├── ToolError                                     a journaled tool call failed
     │   └── PossiblyRanError                          a never call interrupted: may have run
-    └── TurnFailedError                               the turn recorded a failure
+    ├── TurnFailedError                               the turn recorded a failure
+    └── TurnNotReadyError                             an earlier turn of the session runs
 
 Each message says what the reader can do next.
 """
@@ -50,6 +51,7 @@ __all__ = [
     "PossiblyRanError",
     "ToolError",
     "TurnFailedError",
+    "TurnNotReadyError",
     "UnsupportedError",
     "WorldError",
 ]
@@ -247,3 +249,18 @@ class CallInFlightError(WorldError):
         super().__init__(message)
         self.step = step
         self.retry_after = retry_after
+
+
+class TurnNotReadyError(WorldError):
+    """A turn was driven while an earlier turn of its session (submitted before it) had not
+    finished: the turns of a session run one at a time, in submission order, so each sees every
+    earlier one. A :class:`~world_core.Worker` never raises it (it hands the turn on to run
+    after the earlier one); code driving a Journal by hand finishes the earlier turn first.
+
+    Attributes:
+        waiting_for: the id of the earliest unfinished turn submitted before this one.
+    """
+
+    def __init__(self, message: str, *, waiting_for: str) -> None:
+        super().__init__(message)
+        self.waiting_for = waiting_for

@@ -15,6 +15,7 @@ from world_core.journal._journal import (
     MAX_TURN_ID_BYTES,
     POSSIBLY_RAN,
     Journal,
+    PastTurn,
     canonical_json,
     digest_of,
     read_state,
@@ -30,6 +31,7 @@ from world_core.journal._model import (
     ScriptedModel,
     ToolCall,
 )
+from world_core.journal._order import hand_on
 from world_core.journal._tools import (
     DEFAULT_TOOL_TIMEOUT,
     MAX_IDEMPOTENCY_KEY_BYTES,
@@ -58,6 +60,7 @@ __all__ = [
     "Journal",
     "Message",
     "ModelClient",
+    "PastTurn",
     "ModelReply",
     "ModelRequest",
     "OpenAIChatModel",
@@ -73,6 +76,7 @@ __all__ = [
     "Worker",
     "canonical_json",
     "digest_of",
+    "hand_on",
     "idempotency_key",
     "parse_crash_at",
     "read_state",

@@ -28,13 +28,14 @@ from world_core.journal._journal import (
 )
 from world_core.spi import MAX_ID_BYTES, Event, NewEvent, OutboxMessage, World, validate_id
 
-__all__ = ["DEFAULT_QUEUE", "Client", "TurnStatus", "turn_message"]
+__all__ = ["DEFAULT_QUEUE", "Client", "TurnStatus", "turn_message", "turn_queue_key"]
 
 DEFAULT_QUEUE = "turns"
 """The queue turns are sent to and workers claim from."""
 
 TurnStatus = Literal["unknown", "queued", "running", "done", "failed"]
-"""``unknown``: never submitted; ``queued``: submitted, no step recorded yet; ``running``: steps
+"""``unknown``: never submitted; ``queued``: submitted, no step recorded yet (it may be waiting
+for an earlier turn of its session: turns of a session run in submission order); ``running``: steps
 recorded, no reply yet (running, or waiting for a retry); ``done``: replied; ``failed``: a
 failure is recorded (:meth:`Client.failure` says why)."""
 
@@ -44,10 +45,11 @@ def turn_message(session_id: str, turn_id: str) -> bytes:
     return canonical_json({"session_id": session_id, "turn_id": turn_id})
 
 
-def _queue_key(session_id: str, turn_id: str) -> str:
-    """The queue's deduplication key of a turn: ``<session>/<turn>``, or a digest of it when
-    that is too long to be a key."""
-    key = f"{session_id}/{turn_id}"
+def turn_queue_key(session_id: str, turn_id: str, suffix: str = "") -> str:
+    """The queue's deduplication key of a turn's message: ``<session>/<turn><suffix>`` (the
+    suffix tells a hand-on's message from the submission's), or a digest of it when that is
+    too long to be a key."""
+    key = f"{session_id}/{turn_id}{suffix}"
     if len(key.encode("utf-8")) <= MAX_ID_BYTES:
         return key
     return "turn-sha256/" + hashlib.sha256(key.encode("utf-8")).hexdigest()
@@ -73,6 +75,9 @@ class Client:
     async def submit(self, session_id: str, message: str, *, turn_id: str | None = None) -> str:
         """Record the user's message as a new turn and queue it; returns the turn id.
 
+        Turns of one session run one at a time, in the order they were submitted; each sees
+        every earlier one (message and reply, or failure) in its conversation.
+
         Idempotent per ``turn_id``: submitting the same turn again (say, after a timeout whose
         outcome is unknown) queues it only if it has no reply or failure yet, and never twice
         at once. Where the World has an outbox the input and the message are one atomic write.
@@ -93,7 +98,7 @@ class Client:
         body: dict[str, Any] = {"t": "input", "turn": turn, "digest": digest}
         body.update({"message": message} if "value" in stored else stored)
         event = NewEvent(key=f"turn/{turn}/input", data=canonical_json(body))
-        dedup = _queue_key(session_id, turn)
+        dedup = turn_queue_key(session_id, turn)
         payload = turn_message(session_id, turn)
         outbox = self._world.capabilities.outbox
         messages = [OutboxMessage(queue=self._queue, payload=payload, dedup_key=dedup)]
@@ -109,6 +114,8 @@ class Client:
                 ) from None
             if await self.status(session_id, turn) in ("done", "failed"):
                 return turn
+            if await self._world.log.get(log_id, f"turn/{turn}/park/1") is not None:
+                return turn  # a worker took its message and handed it on: it was queued
             outbox = False  # unknown whether it was queued: queue it (deduplicated)
         if not outbox:
             await self._world.queue.enqueue(self._queue, payload, dedup_key=dedup)

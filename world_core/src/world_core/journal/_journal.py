@@ -10,7 +10,13 @@ in the order the agent code makes them. Events (JSON) and their keys, unique in 
 ``turn/<t>/step/<n>/state/<name>``    a value the step's tool staged (``context.stage``)
 ``turn/<t>/reply``                    the final reply; the turn is finished
 ``turn/<t>/failure``                  why the turn could not finish; the turn is over
+``turn/<t>/park/<n>``, ``/kick/<n>``  turn order: a message handed on, a message sent on
+                                      (see :mod:`world_core.journal._order`)
 ====================================  =======================================================
+
+The turns of a session run one at a time, in submission order (the order of their inputs in
+the log); a turn takes no step while an earlier one has neither reply nor failure
+(:class:`~world_core.errors.TurnNotReadyError`), and sees every earlier one in its history.
 
 The rules, for step ``n``:
 
@@ -98,6 +104,7 @@ from pydantic_core import to_jsonable_python
 from world_core.errors import (
     BackendUnavailableError,
     CallInFlightError,
+    ConflictError,
     DuplicateKeyError,
     InvalidArgumentError,
     ModelReplyError,
@@ -105,6 +112,7 @@ from world_core.errors import (
     NotFoundError,
     PossiblyRanError,
     ToolError,
+    TurnNotReadyError,
     WorldError,
 )
 from world_core.journal._blobs import BlobRef, Blobs
@@ -128,12 +136,14 @@ __all__ = [
     "POSSIBLY_RAN",
     "WRITE_RETRY_SECONDS",
     "Journal",
+    "PastTurn",
     "canonical_json",
     "check_blob_threshold",
     "check_turn_id",
     "digest_of",
     "load_value",
     "read_state",
+    "scan_session",
     "session_log_id",
     "stored_value",
     "write_state",
@@ -365,13 +375,40 @@ class _Step:
         return {k: source.get(k) for k in ("kind", "name", "digest", "preview")}
 
 
+@dataclass(frozen=True)
+class PastTurn:
+    """A turn of the session submitted before the current one, as the current one sees it:
+    its message and its reply, or the failure that ended it (exactly one of the two)."""
+
+    turn_id: str
+    message: str
+    reply: str | None = None
+    failure: dict[str, Any] | None = None
+    """``error_type``, ``error``, ``attempts``, ``step``: see :attr:`Journal.failure`."""
+
+    @property
+    def answer(self) -> str:
+        """What the assistant said: the reply, or a note that the turn failed and why (what
+        :meth:`Agent.conversation <world_core.Agent.conversation>` shows the model)."""
+        if self.reply is not None:
+            return self.reply
+        failure = self.failure or {}
+        return (
+            f"(This turn did not finish: {failure.get('error_type')}: "
+            f"{str(failure.get('error'))[:500]})"
+        )
+
+
 @dataclass
 class _Turn:
     steps: dict[int, _Step] = field(default_factory=dict)
     user_message: str | None = None
     reply: str | None = None
     failure: dict[str, Any] | None = None
-    history: list[tuple[str, str]] = field(default_factory=list)
+    past: list[PastTurn] = field(default_factory=list)
+    waiting_for: str | None = None
+    tail: int = 0
+    parked: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
 
 
@@ -482,9 +519,28 @@ class Journal:
 
     @property
     def history(self) -> list[tuple[str, str]]:
-        """(message, reply) of the session's turns that had replied before this one was
-        submitted, oldest first: fixed once the turn exists, so replay sees the same."""
-        return list(self._turn.history)
+        """(message, answer) of every turn of the session submitted before this one, oldest
+        first; a failed turn's answer is a note saying why it failed (:attr:`PastTurn.answer`).
+        Turns run in submission order, so when this turn runs they have all ended and replay
+        sees the same."""
+        return [(past.message, past.answer) for past in self._turn.past]
+
+    @property
+    def past_turns(self) -> list[PastTurn]:
+        """The turns :attr:`history` is made of, with their ids, replies and failures."""
+        return list(self._turn.past)
+
+    @property
+    def waiting_for(self) -> str | None:
+        """The earliest turn submitted before this one that has neither a reply nor a failure
+        yet, or None. While there is one, this turn takes no step
+        (:class:`~world_core.errors.TurnNotReadyError`)."""
+        return None if self.finished else self._turn.waiting_for
+
+    @property
+    def parked_messages(self) -> list[str]:
+        """Ids of this turn's queue messages handed on by :meth:`park`."""
+        return list(self._turn.parked)
 
     @property
     def recorded_reply(self) -> str | None:
@@ -641,6 +697,7 @@ class Journal:
             InvalidArgumentError: ``reply`` is not a str.
         """
         self._check_usable()
+        self._check_order()
         if not isinstance(reply, str):
             raise InvalidArgumentError(f"a reply is a str, got {type(reply).__name__}")
         beyond = sorted(n for n in self._turn.steps if n >= self._next)
@@ -696,6 +753,31 @@ class Journal:
         self._turn.failure = record
         return True
 
+    async def park(self, message_id: str) -> bool:
+        """Record that the queue message ``message_id``, which was to run this turn, is handed
+        on because an earlier turn (:attr:`waiting_for`) has not finished. Whoever ends that
+        turn then sends this one a new message (:func:`~world_core.journal._order.hand_on`).
+
+        The event is appended only if the session log is still as this Journal read it
+        (``expect_tail``), so it cannot slip in after the earlier turn ended unseen. Returns
+        False when the log changed meanwhile: open a new Journal and decide again.
+        """
+        waiting_for = self.waiting_for
+        if waiting_for is None:
+            raise InvalidArgumentError(
+                f"turn {self.turn_id!r} waits for no earlier turn: run it instead of parking it"
+            )
+        validate_id(message_id, "message_id")
+        n = len(self._turn.parked) + 1
+        body = {"t": "park", "turn": self.turn_id, "message": message_id, "behind": waiting_for}
+        event = NewEvent(key=f"turn/{self.turn_id}/park/{n}", data=canonical_json(body))
+        try:
+            await self._world.log.append(self._log_id, [event], expect_tail=self._turn.tail)
+        except (ConflictError, DuplicateKeyError):
+            return False
+        self._turn.parked.append(message_id)
+        return True
+
     # -- machinery -------------------------------------------------------------------------------
 
     def _event(self, what: str, body: dict[str, Any], step: int | None = None) -> NewEvent:
@@ -715,6 +797,15 @@ class Journal:
                 f"this Journal stopped after {type(self._broken).__name__}: {self._broken}; "
                 "open a new one to continue the turn"
             ) from self._broken
+
+    def _check_order(self) -> None:
+        waiting_for = self.waiting_for
+        if waiting_for is not None:
+            raise TurnNotReadyError(
+                f"turn {self.turn_id!r} of session {self.session_id!r} cannot run before turn "
+                f"{waiting_for!r}, submitted earlier, has finished; a Worker runs them in order",
+                waiting_for=waiting_for,
+            )
 
     async def _append(self, events: list[NewEvent]) -> None:
         batch = [*self._pending, *events]
@@ -803,6 +894,7 @@ class Journal:
     ) -> int:
         """Take the next step number; check a recorded step there matches."""
         self._check_usable()
+        self._check_order()
         n = self._next
         attempted = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
         step = self._turn.steps.get(n)
@@ -1110,44 +1202,99 @@ async def _run_tool(tool: Tool, args: dict[str, Any], context: ToolContext) -> d
         return {"error": f"tool returned a value that is not JSON: {exc}"}
 
 
-async def _load(events: list[Event], turn_id: str, blobs: Blobs) -> _Turn:
-    turn = _Turn()
-    inputs: dict[str, tuple[int, dict[str, Any]]] = {}
-    replies: dict[str, tuple[int, dict[str, Any]]] = {}
-    state: dict[str, dict[str, Any]] = {}
+@dataclass
+class _Session:
+    """What one read of a session log says about its turns (see :func:`scan_session`)."""
+
+    tail: int = 0
+    inputs: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    """turn -> (seq of its input, the input event's body)"""
+    replies: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    failures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parks: dict[str, list[str]] = field(default_factory=dict)
+    """turn -> ids of the queue messages handed on while an earlier turn ran, in order"""
+    kicks: dict[str, int] = field(default_factory=dict)
+    """turn -> messages sent to run it once the turns before it had ended"""
+    state: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def finished(self, turn_id: str) -> bool:
+        return turn_id in self.replies or turn_id in self.failures
+
+    def in_order(self) -> list[str]:
+        """Every submitted turn, in submission order (the order of their inputs in the log)."""
+        return [turn for turn, _ in sorted(self.inputs.items(), key=lambda item: item[1][0])]
+
+    def earliest_unfinished(self, before: str | None = None) -> str | None:
+        """The first submitted turn without a reply or failure (only among those submitted
+        before ``before``, when given): the one turn of the session that may run now."""
+        for turn in self.in_order():
+            if turn == before:
+                return None
+            if not self.finished(turn):
+                return turn
+        return None
+
+
+def scan_session(events: list[Event]) -> _Session:
+    """Turn order, ends, hand-ons and state from a session log's events."""
+    session = _Session(tail=events[-1].seq if events else 0)
     for event in events:
         body = _decode(event.data)
         if body is None:
             continue
         what, turn_of = body.get("t"), str(body.get("turn"))
         if what == "state":
-            state[str(body.get("name"))] = body
+            session.state[str(body.get("name"))] = body
         elif what == "doc":  # written before state events existed
-            state[f"doc/{body.get('name')}"] = body
+            session.state[f"doc/{body.get('name')}"] = body
         elif what == "input":
-            inputs[turn_of] = (event.seq, body)
+            session.inputs[turn_of] = (event.seq, body)
         elif what == "reply":
-            replies[turn_of] = (event.seq, body)
-        if turn_of != turn_id:
+            session.replies[turn_of] = (event.seq, body)
+        elif what == "failure":
+            session.failures[turn_of] = body
+        elif what == "park":
+            session.parks.setdefault(turn_of, []).append(str(body.get("message")))
+        elif what == "kick":
+            session.kicks[turn_of] = session.kicks.get(turn_of, 0) + 1
+    return session
+
+
+async def _load(events: list[Event], turn_id: str, blobs: Blobs) -> _Turn:
+    session = scan_session(events)
+    turn = _Turn(tail=session.tail, parked=list(session.parks.get(turn_id, [])))
+    for event in events:
+        body = _decode(event.data)
+        if body is None or str(body.get("turn")) != turn_id:
             continue
+        what = body.get("t")
         if what == "intent":
             turn.steps.setdefault(int(body["step"]), _Step()).intent = body
         elif what == "outcome":
             turn.steps.setdefault(int(body["step"]), _Step()).outcome = body
-        elif what == "failure":
-            turn.failure = {k: body.get(k) for k in ("error_type", "error", "attempts", "step")}
-    for name, body in state.items():
+    if turn_id in session.failures:
+        body = session.failures[turn_id]
+        turn.failure = {k: body.get(k) for k in ("error_type", "error", "attempts", "step")}
+    for name, body in session.state.items():
         turn.state[name] = await load_value(blobs, body)
-    if turn_id in inputs:
-        start, body = inputs[turn_id]
-        turn.user_message = await _text(blobs, body, "message")
-        turn.history = [
-            (await _text(blobs, message, "message"), await _text(blobs, replies[other][1], "reply"))
-            for other, (seq, message) in sorted(inputs.items(), key=lambda item: item[1][0])
-            if other != turn_id and other in replies and replies[other][0] < start
-        ]
-    if turn_id in replies:
-        turn.reply = await _text(blobs, replies[turn_id][1], "reply")
+    if turn_id in session.inputs:
+        turn.user_message = await _text(blobs, session.inputs[turn_id][1], "message")
+        turn.waiting_for = session.earliest_unfinished(before=turn_id)
+        for other in session.in_order():
+            if other == turn_id:
+                break
+            if not session.finished(other):
+                continue
+            message = await _text(blobs, session.inputs[other][1], "message")
+            if other in session.replies:
+                reply = await _text(blobs, session.replies[other][1], "reply")
+                turn.past.append(PastTurn(other, message, reply=reply))
+            else:
+                failed = session.failures[other]
+                failure = {k: failed.get(k) for k in ("error_type", "error", "attempts", "step")}
+                turn.past.append(PastTurn(other, message, failure=failure))
+    if turn_id in session.replies:
+        turn.reply = await _text(blobs, session.replies[turn_id][1], "reply")
     return turn
 
 

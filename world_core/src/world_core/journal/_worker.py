@@ -66,6 +66,7 @@ from world_core.journal._agent import Agent
 from world_core.journal._client import DEFAULT_QUEUE
 from world_core.journal._crash import CrashPoint, SimulatedCrash, crash_point_from_env
 from world_core.journal._journal import Journal, check_turn_id, session_log_id
+from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on
 from world_core.spi import Lease, World, validate_duration, validate_id
 
 __all__ = ["DETERMINISTIC_ERRORS", "TRANSIENT_ERRORS", "TurnResult", "Worker"]
@@ -73,7 +74,15 @@ __all__ = ["DETERMINISTIC_ERRORS", "TRANSIENT_ERRORS", "TurnResult", "Worker"]
 log = logging.getLogger("world.worker")
 
 Status = Literal[
-    "done", "failed", "retry", "waiting", "lease_lost", "superseded", "shutdown", "invalid"
+    "done",
+    "failed",
+    "queued",
+    "retry",
+    "waiting",
+    "lease_lost",
+    "superseded",
+    "shutdown",
+    "invalid",
 ]
 
 DETERMINISTIC_ERRORS: tuple[type[BaseException], ...] = (
@@ -115,7 +124,9 @@ class TurnResult:
     message was released for a later attempt), ``waiting`` (a ``never`` call of another worker
     may still be running; re-queued until its deadline), ``lease_lost`` (another worker took
     the turn; this one stopped), ``superseded`` (another worker's write for a step came first:
-    the key refused ours; this one stopped without running a ``never`` tool), ``shutdown``
+    the key refused ours; this one stopped without running a ``never`` tool), ``queued`` (an
+    earlier turn of the session has not ended: the turn was handed on to run after it, and
+    its message acked), ``shutdown``
     (stopped by a signal; released), ``invalid`` (the message was not a turn; acked and
     dropped).
     """
@@ -285,6 +296,7 @@ class Worker:
         journal: Journal | None = None
         reply: str | None = None
         error: BaseException | None = None
+        parked = False
 
         def lease_held() -> bool:  # called from tools' threads too: no event loop calls
             return not lost and time.monotonic() < held_until
@@ -326,27 +338,44 @@ class Worker:
                 tg.start_soon(on_stop, stop)
             with anyio.move_on_after(self.turn_timeout) as turn_scope:
                 try:
-                    journal = await Journal.open(
-                        self.world,
-                        session_id,
-                        turn_id,
-                        crash=self.crash,
-                        clock=clock,
-                        lease_held=lease_held,
-                    )
+                    for _ in range(HAND_ON_TRIES):
+                        journal = await Journal.open(
+                            self.world,
+                            session_id,
+                            turn_id,
+                            crash=self.crash,
+                            clock=clock,
+                            lease_held=lease_held,
+                        )
+                        if lease.message_id in journal.parked_messages:
+                            parked = True  # handed on before (its worker died before the ack)
+                            break
+                        if journal.finished or journal.waiting_for is None:
+                            break
+                        # An earlier turn of the session has not ended: hand this one on
+                        # (see _order) rather than hold the message or a worker meanwhile.
+                        if await journal.park(lease.message_id):
+                            parked = True
+                            break
+                    else:
+                        raise SessionBusyError(
+                            f"the log of session {session_id!r} changed under each of "
+                            f"{HAND_ON_TRIES} attempts to hand turn {turn_id!r} on"
+                        )
                     # A recorded reply is the turn's end: read it, do not replay the code
                     # (changed code would report a finished turn as a failed replay).
                     reply = journal.recorded_reply
-                    if not journal.finished and lease.attempt >= lease.max_attempts > 1:
-                        # The queue's last delivery: if this run died too (a crash loop: an
-                        # out-of-memory kill, a segfault) the turn would be dead-lettered with
-                        # no record for the client. Record why instead of running it again.
-                        raise TurnCrashLoopError(
-                            f"the turn was delivered {lease.attempt} times without finishing "
-                            "(its workers died or lost their leases each time); see the "
-                            "workers' logs, fix the cause, then resubmit it"
-                        )
-                    if not journal.finished:
+                    if not parked and not journal.finished:
+                        if lease.attempt >= lease.max_attempts > 1:
+                            # The queue's last delivery: if this run died too (a crash loop:
+                            # an out-of-memory kill, a segfault) the turn would be
+                            # dead-lettered with no record for the client. Record why instead
+                            # of running it again.
+                            raise TurnCrashLoopError(
+                                f"the turn was delivered {lease.attempt} times without "
+                                "finishing (its workers died or lost their leases each time); "
+                                "see the workers' logs, fix the cause, then resubmit it"
+                            )
                         reply = await self._make_agent().run_turn(journal)
                         if journal.recorded_reply is None:
                             raise TurnIncompleteError(
@@ -376,11 +405,15 @@ class Worker:
         }
         if lost:
             return TurnResult(session_id, turn_id, "lease_lost", **counts)
+        if parked and journal is not None:
+            return await self._parked(current, session_id, turn_id, journal)
         if shutdown:
             await self._settle(current, ack=False)
             return TurnResult(session_id, turn_id, "shutdown", **counts)
         if error is None and journal is not None and journal.failure is not None:
             # Failed before (recorded by an earlier attempt): nothing more to do.
+            if not await self._hand_on(current, session_id, turn_id):
+                return TurnResult(session_id, turn_id, "retry", error="handing on", **counts)
             await self._settle(current, ack=True)
             failure = journal.failure
             text = f"{failure.get('error_type')}: {failure.get('error')}"
@@ -405,7 +438,7 @@ class Worker:
                 recorded = await self._record_failure(
                     session_id, turn_id, journal, error, lease.attempt
                 )
-                if recorded:
+                if recorded and await self._hand_on(current, session_id, turn_id):
                     log.error("turn %s/%s failed: %s", session_id, turn_id, _describe(error))
                     await self._settle(current, ack=True)
                     return TurnResult(
@@ -415,9 +448,41 @@ class Worker:
             delay = min(60.0, self.retry_delay * 2 ** max(0, lease.attempt - 1))
             await self._settle(current, ack=False, delay=delay)
             return TurnResult(session_id, turn_id, "retry", error=_describe(error), **counts)
+        if not await self._hand_on(current, session_id, turn_id):
+            return TurnResult(session_id, turn_id, "retry", error="handing on", **counts)
         acked = await self._settle(current, ack=True)
         status: Status = "done" if acked else "lease_lost"
         return TurnResult(session_id, turn_id, status, reply=reply, **counts)
+
+    async def _parked(
+        self, lease: Lease, session_id: str, turn_id: str, journal: Journal
+    ) -> TurnResult:
+        """The turn waits for ``journal.waiting_for``: its message is done with."""
+        log.info(
+            "turn %s/%s waits for turn %s of its session; handed on",
+            session_id,
+            turn_id,
+            journal.waiting_for,
+        )
+        await self._settle(lease, ack=True)
+        return TurnResult(session_id, turn_id, "queued")
+
+    async def _hand_on(self, lease: Lease, session_id: str, turn_id: str) -> bool:
+        """The turn has ended: see that the session's next turn runs (see _order). False if
+        that could not be done now: the message was released to try again later."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await hand_on(self.world, session_id, self.queue, after=turn_id)
+            except Exception as exc:
+                log.warning(
+                    "turn %s/%s ended, but handing on to the next turn failed: %s; retrying",
+                    session_id,
+                    turn_id,
+                    exc,
+                )
+                await self._settle(lease, ack=False, delay=self.retry_delay)
+                return False
+        return True
 
     async def _record_failure(
         self,

@@ -1,0 +1,108 @@
+"""Turn order: the turns of one session run one at a time, in submission order.
+
+Each turn gets its own queue message when it is submitted, so different sessions never wait
+for each other. A worker that claims a turn while an earlier turn of its session has not
+ended does not hold the message, nor wait: it *parks* the turn (a ``park`` event in the session
+log, appended only if the log is still as the worker read it) and acks the message. Whoever
+ends a turn (records its reply or failure) then *hands on*: it reads the log and, if the
+session's next unfinished turn was parked more often than it was sent on, appends a ``kick``
+event and sends it a new message (in the same atomic write where the World has an outbox). So:
+
+* the one turn of a session that may run is its earliest unfinished one; it cannot be
+  overtaken, since nothing is submitted before it later;
+* a park and the end of the turn it waits for are ordered by the log: either the park came
+  first and the hand-on sees it, or the park is refused (the log moved) and the worker reads
+  again and finds the turn free to run;
+* a crash between any two of these writes is repaired by redelivery: a message whose turn has
+  a park naming it is acked without running; a turn's end is handed on again each time its
+  message comes back, and a kick already in the log is sent again under its own
+  deduplication key (a no-op while that message lives; its message is acked only once the
+  turn it runs has ended).
+
+Event keys (``<t>`` a turn id, ``<n>`` counting from 1):
+
+=======================  ================================================================
+``turn/<t>/park/<n>``    the ``n``-th message of turn ``t`` was handed on (``message``,
+                         ``behind``: the earlier turn it waited for)
+``turn/<t>/kick/<n>``    the ``n``-th message sent to run turn ``t`` after a turn ended
+                         (``after``)
+=======================  ================================================================
+
+A turn queued behind a failed one runs: a failure ends a turn as a reply does, and the later
+turn's conversation shows the failed turn's message with a note of why it failed
+(:attr:`PastTurn.answer <world_core.journal._journal.PastTurn.answer>`). To stop a session
+instead, do not submit more turns to it (or fail them in the agent).
+"""
+
+from __future__ import annotations
+
+from world_core.errors import ConflictError, DuplicateKeyError, WorldError
+from world_core.journal._client import turn_message, turn_queue_key
+from world_core.journal._journal import canonical_json, scan_session, session_log_id
+from world_core.spi import NewEvent, OutboxMessage, World
+
+__all__ = ["HAND_ON_TRIES", "SessionBusyError", "hand_on"]
+
+HAND_ON_TRIES = 50
+"""Times :func:`hand_on` reads the log again when another write slipped in before its own."""
+
+
+class SessionBusyError(WorldError):
+    """Other writes kept slipping in before a turn-order write (a park, a hand-on): transient."""
+
+
+async def hand_on(world: World, session_id: str, queue: str, *, after: str) -> str | None:
+    """After turn ``after`` of the session ended: make sure the session's next turn runs.
+
+    Returns the turn sent a message, or None when none needed one (no unfinished turn, or the
+    next one still has a live message of its own). Idempotent: calling it again (a redelivered
+    message) sends nothing twice.
+
+    Raises:
+        SessionBusyError: the session log changed under each of :data:`HAND_ON_TRIES`
+            attempts (call it again later).
+        BackendUnavailableError: as any write.
+    """
+    log_id = session_log_id(session_id)
+    for _ in range(HAND_ON_TRIES):
+        session = scan_session(await world.log.read(log_id))
+        turn = session.earliest_unfinished()
+        if turn is None:
+            return None
+        parks, kicks = len(session.parks.get(turn, [])), session.kicks.get(turn, 0)
+        if parks <= kicks:
+            if kicks:
+                # The latest kick may have been logged by a worker that died before sending
+                # it (no outbox): send it again; its dedup key makes that a no-op if it was.
+                await _send(world, queue, session_id, turn, kicks)
+            return None
+        n = kicks + 1
+        body = {"t": "kick", "turn": turn, "n": n, "after": after}
+        event = NewEvent(key=f"turn/{turn}/kick/{n}", data=canonical_json(body))
+        outbox = world.capabilities.outbox
+        message = OutboxMessage(
+            queue=queue,
+            payload=turn_message(session_id, turn),
+            dedup_key=turn_queue_key(session_id, turn, f"/kick-{n}"),
+        )
+        try:
+            await world.log.append(
+                log_id, [event], expect_tail=session.tail, messages=[message] if outbox else ()
+            )
+        except (ConflictError, DuplicateKeyError):
+            continue  # a park, a submission or another hand-on came first: read again
+        if not outbox:
+            await _send(world, queue, session_id, turn, n)
+        return turn
+    raise SessionBusyError(
+        f"session {session_id!r}: the log changed under each of {HAND_ON_TRIES} attempts to "
+        "hand on to its next turn; try again later"
+    )
+
+
+async def _send(world: World, queue: str, session_id: str, turn: str, n: int) -> None:
+    await world.queue.enqueue(
+        queue,
+        turn_message(session_id, turn),
+        dedup_key=turn_queue_key(session_id, turn, f"/kick-{n}"),
+    )
