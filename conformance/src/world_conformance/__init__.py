@@ -35,12 +35,18 @@ if TYPE_CHECKING:
     from world_conformance._payload import PAYLOADS, PayloadContract
     from world_conformance._process import ProcessContract
     from world_conformance._queue import QueueContract
+    from world_conformance._storage import StorageContract, StorageProbe
     from world_conformance._stream import StreamContract
     from world_conformance._target import WorldTarget
     from world_conformance._world import WorldContract
     from world_conformance.journal import JournalContract
     from world_conformance.journal_order import JournalOrderContract
     from world_conformance.journal_resilience import JournalResilienceContract
+    from world_conformance.journal_waits import (
+        JournalSignalContract,
+        JournalTimerContract,
+        JournalVersioningContract,
+    )
 
 __all__ = [
     "BAD_IDENTIFIERS",
@@ -51,6 +57,9 @@ __all__ = [
     "JournalContract",
     "JournalOrderContract",
     "JournalResilienceContract",
+    "JournalSignalContract",
+    "JournalTimerContract",
+    "JournalVersioningContract",
     "LifecycleContract",
     "LogContract",
     "ModelContract",
@@ -58,6 +67,8 @@ __all__ = [
     "PayloadContract",
     "ProcessContract",
     "QueueContract",
+    "StorageContract",
+    "StorageProbe",
     "StreamContract",
     "WorldContract",
     "WorldTarget",
@@ -73,6 +84,9 @@ _HOME = {
     "JournalContract": "journal",
     "JournalOrderContract": "journal_order",
     "JournalResilienceContract": "journal_resilience",
+    "JournalSignalContract": "journal_waits",
+    "JournalTimerContract": "journal_waits",
+    "JournalVersioningContract": "journal_waits",
     "LifecycleContract": "_lifecycle",
     "LogContract": "_log",
     "ModelContract": "_model",
@@ -80,6 +94,8 @@ _HOME = {
     "PayloadContract": "_payload",
     "ProcessContract": "_process",
     "QueueContract": "_queue",
+    "StorageContract": "_storage",
+    "StorageProbe": "_storage",
     "StreamContract": "_stream",
     "WorldContract": "_world",
     "WorldTarget": "_target",

@@ -10,10 +10,16 @@ from world_conformance._outbox import OutboxContract
 from world_conformance._payload import PayloadContract
 from world_conformance._process import ProcessContract
 from world_conformance._queue import QueueContract
+from world_conformance._storage import StorageContract
 from world_conformance._stream import StreamContract
 from world_conformance.journal import JournalContract
 from world_conformance.journal_order import JournalOrderContract
 from world_conformance.journal_resilience import JournalResilienceContract
+from world_conformance.journal_waits import (
+    JournalSignalContract,
+    JournalTimerContract,
+    JournalVersioningContract,
+)
 
 __all__ = ["WorldContract"]
 
@@ -26,12 +32,17 @@ class WorldContract(
     IsolationContract,
     OutboxContract,
     LifecycleContract,
+    StorageContract,
     ProcessContract,
     ModelContract,
     # Contracts of the layers above the SPI join here, one line each (JournalContract ...).
     JournalContract,
     JournalResilienceContract,
     JournalOrderContract,
+    JournalTimerContract,
+    JournalSignalContract,
+    JournalVersioningContract,
 ):
     """Every contract of the World SPI; a backend's test class derives from it and sets
-    ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override)."""
+    ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override,
+    and ``StorageContract`` for the ``world_storage`` probe it should provide)."""

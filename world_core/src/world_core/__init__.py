@@ -69,6 +69,7 @@ from world_core.journal._tools import (
     idempotency_key,
     tool,
 )
+from world_core.journal._waits import PendingApproval, Signal, TurnSuspended
 from world_core.journal._worker import TurnResult, Worker
 from world_core.spi import (
     Capabilities,
@@ -105,14 +106,17 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "OpenAIChatModel",
+    "PendingApproval",
     "Replay",
     "ScriptedModel",
+    "Signal",
     "SimulatedCrash",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolRegistry",
     "TurnResult",
+    "TurnSuspended",
     "TurnStatus",
     "Worker",
     "canonical_json",

@@ -9,6 +9,7 @@ import uuid
 from typing import Any, Literal
 
 import anyio
+from pydantic_core import to_jsonable_python
 
 from world_core.errors import (
     DuplicateKeyError,
@@ -22,9 +23,17 @@ from world_core.journal._journal import (
     canonical_json,
     check_blob_threshold,
     check_turn_id,
+    digest_of,
     load_value,
+    scan_session,
     session_log_id,
     stored_value,
+)
+from world_core.journal._waits import (
+    PendingApproval,
+    approval_signal,
+    check_signal_id,
+    check_signal_name,
 )
 from world_core.spi import MAX_ID_BYTES, Event, NewEvent, OutboxMessage, World, validate_id
 
@@ -33,11 +42,12 @@ __all__ = ["DEFAULT_QUEUE", "Client", "TurnStatus", "turn_message", "turn_queue_
 DEFAULT_QUEUE = "turns"
 """The queue turns are sent to and workers claim from."""
 
-TurnStatus = Literal["unknown", "queued", "running", "done", "failed"]
+TurnStatus = Literal["unknown", "queued", "running", "waiting", "done", "failed"]
 """``unknown``: never submitted; ``queued``: submitted, no step recorded yet (it may be waiting
-for an earlier turn of its session: turns of a session run in submission order); ``running``: steps
-recorded, no reply yet (running, or waiting for a retry); ``done``: replied; ``failed``: a
-failure is recorded (:meth:`Client.failure` says why)."""
+for an earlier turn of its session: turns of a session run in submission order); ``running``:
+steps recorded, no reply yet (running, or waiting for a retry); ``waiting``: suspended in a
+wait (a timer, a signal, an approval: :meth:`Client.pending_approvals`); ``done``: replied;
+``failed``: a failure is recorded (:meth:`Client.failure` says why)."""
 
 
 def turn_message(session_id: str, turn_id: str) -> bytes:
@@ -112,8 +122,8 @@ class Client:
                     f"turn {turn!r} of session {session_id!r} was submitted with another "
                     "message; use a new turn_id"
                 ) from None
-            if await self.status(session_id, turn) in ("done", "failed"):
-                return turn
+            if await self.status(session_id, turn) != "queued":
+                return turn  # a worker has had it: its message was queued
             if await self._world.log.get(log_id, f"turn/{turn}/park/1") is not None:
                 return turn  # a worker took its message and handed it on: it was queued
             outbox = False  # unknown whether it was queued: queue it (deduplicated)
@@ -147,7 +157,9 @@ class Client:
             return "unknown"
         for what in ("step/0/outcome", "step/0/intent"):
             if await get(log_id, f"turn/{turn_id}/{what}") is not None:
-                return "running"
+                session = scan_session(await self._world.log.read(log_id))
+                waiting = any(turn == turn_id for turn, _ in session.open_waits)
+                return "waiting" if waiting else "running"
         return "queued"
 
     async def reply(self, session_id: str, turn_id: str) -> str | None:
@@ -204,6 +216,174 @@ class Client:
                 if event.key == f"turn/{turn_id}/failure":
                     raise _failure_of(session_id, turn_id, event)
         raise AssertionError("unreachable: watch never ends by itself")
+
+    async def signal(
+        self,
+        session_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        sender: str,
+        signal_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> str:
+        """Send the signal ``name`` with a JSON ``payload`` to the session (or to one of its
+        turns); returns its id. A turn waiting for it is woken; otherwise it waits in the
+        session for the first :meth:`Journal.wait_for_signal <world_core.Journal.wait_for_signal>`
+        for its name (addressed to a turn: for that turn's).
+
+        Idempotent per ``signal_id``: sending it again counts once (a double-tapped button);
+        the same id with another name, payload or turn is refused.
+
+        Args:
+            sender: who sends it (a user id, ``webhook:stripe``): recorded with the signal.
+            signal_id: the deduplication id; a new one when None.
+
+        Raises:
+            InvalidArgumentError: a bad name, sender, id or payload (not JSON), or the id was
+                used for another signal (nothing is written).
+        """
+        log_id = session_log_id(session_id)
+        check_signal_name(name)
+        if not isinstance(sender, str) or not sender.strip() or len(sender) > 200:
+            raise InvalidArgumentError(
+                f"sender must name who sends the signal (a non-empty str of at most 200 "
+                f"characters), got {sender!r:.80}"
+            )
+        if turn_id is not None:
+            check_turn_id(turn_id)
+        signal = check_signal_id(signal_id if signal_id is not None else uuid.uuid4().hex)
+        try:
+            jsonable = to_jsonable_python(payload)
+            canonical_json(jsonable)
+        except Exception as exc:
+            raise InvalidArgumentError(f"signal {name!r}: payload is not JSON: {exc}") from None
+        digest = digest_of({"name": name, "payload": jsonable, "turn": turn_id})
+        body = {
+            "t": "signal",
+            "id": signal,
+            "name": name,
+            "payload": jsonable,
+            "sender": sender,
+            "turn": turn_id,
+            "digest": digest,
+        }
+        try:
+            await self._world.log.append(
+                log_id, [NewEvent(key=f"signal/{signal}", data=canonical_json(body))]
+            )
+        except DuplicateKeyError as exc:
+            existing = json.loads(exc.existing.data)
+            if existing.get("digest") != digest:
+                raise InvalidArgumentError(
+                    f"signal id {signal!r} of session {session_id!r} was already used for "
+                    f"{existing.get('name')!r} from {existing.get('sender')!r} with another "
+                    "payload; a signal id is sent once (use a new id for a new signal)"
+                ) from None
+        await self._wake_waiting(session_id, name, turn_id)
+        return signal
+
+    async def _wake_waiting(self, session_id: str, name: str, turn_id: str | None) -> None:
+        """Queue a wake-up for the turn waiting for signal ``name``, if one is. Read after the
+        signal's append: a wait written before it is seen here; one written after it finds
+        the signal itself."""
+        session = scan_session(await self._world.log.read(session_log_id(session_id)))
+        for (turn, step), intent in session.open_waits.items():
+            if intent.get("signal") != name or (turn_id is not None and turn != turn_id):
+                continue
+            wake = {"session_id": session_id, "turn_id": turn, "wake": step, "why": "signal"}
+            await self._world.queue.enqueue(
+                self._queue,
+                canonical_json(wake),
+                dedup_key=turn_queue_key(session_id, turn, f"/signal-{step}"),
+            )
+
+    async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
+        """Tool calls of the session waiting for a decision (:meth:`approve`, :meth:`reject`),
+        with the tool's arguments, oldest first (one read of the session log)."""
+        session = scan_session(await self._world.log.read(session_log_id(session_id)))
+        decided = {str(body.get("id")) for body in session.signals}
+        found: list[PendingApproval] = []
+        for (turn, step), intent in session.open_waits.items():
+            if intent.get("kind") != "approval" or approval_signal(turn, step)[1] in decided:
+                continue
+            found.append(
+                PendingApproval(
+                    session_id=session_id,
+                    turn_id=turn,
+                    step=step,
+                    tool=str(intent.get("tool")),
+                    arguments=intent.get("arguments"),
+                    deadline=float(intent.get("deadline") or 0.0),
+                )
+            )
+        return found
+
+    async def approve(
+        self, session_id: str, turn_id: str, step: int, *, by: str, reason: str | None = None
+    ) -> None:
+        """Approve the tool call waiting at ``step`` of the turn: it runs. Approving twice
+        counts once; approving what was rejected (or the reverse) is refused.
+
+        Raises:
+            NotFoundError: no approval waits at that step.
+            InvalidArgumentError: it was decided otherwise already.
+        """
+        await self._decide(session_id, turn_id, step, approved=True, by=by, reason=reason)
+
+    async def reject(
+        self, session_id: str, turn_id: str, step: int, *, by: str, reason: str | None = None
+    ) -> None:
+        """Reject the tool call waiting at ``step`` of the turn: it does not run, and the model
+        is told who rejected it and why. See :meth:`approve`."""
+        await self._decide(session_id, turn_id, step, approved=False, by=by, reason=reason)
+
+    async def _decide(
+        self,
+        session_id: str,
+        turn_id: str,
+        step: int,
+        *,
+        approved: bool,
+        by: str,
+        reason: str | None,
+    ) -> None:
+        check_turn_id(turn_id)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InvalidArgumentError(f"step must be an int >= 0, got {step!r}")
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgumentError(f"reason must be a str, got {type(reason).__name__}")
+        name, signal_id = approval_signal(turn_id, step)
+        log_id = session_log_id(session_id)
+        intent = await self._world.log.get(log_id, f"turn/{turn_id}/step/{step}/intent")
+        if intent is None or json.loads(intent.data).get("kind") != "approval":
+            raise NotFoundError(
+                f"no approval waits at step {step} of turn {turn_id!r} of session "
+                f"{session_id!r}; list them with pending_approvals (world approvals)"
+            )
+        ended = await self._world.log.get(log_id, f"turn/{turn_id}/step/{step}/outcome")
+        if ended is not None:
+            consumed = json.loads(ended.data).get("result", {}).get("signal") or {}
+            if consumed.get("signal_id") != signal_id:
+                raise InvalidArgumentError(
+                    f"the approval at step {step} of turn {turn_id!r} is over (nobody decided "
+                    "in time: the call did not run); a decision now would change nothing"
+                )
+        payload = {"approved": approved, "reason": reason}
+        try:
+            await self.signal(
+                session_id, name, payload, sender=by, signal_id=signal_id, turn_id=turn_id
+            )
+        except InvalidArgumentError:
+            existing = await self._world.log.get(log_id, f"signal/{signal_id}")
+            if existing is None:
+                raise
+            body = json.loads(existing.data)
+            was = "approved" if body.get("payload", {}).get("approved") else "rejected"
+            raise InvalidArgumentError(
+                f"the call at step {step} of turn {turn_id!r} was already {was} by "
+                f"{body.get('sender')!r}; a decision is final"
+            ) from None
 
     async def _reply_of(self, event: Event) -> str:
         body = json.loads(event.data)

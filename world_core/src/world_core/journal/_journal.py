@@ -86,6 +86,7 @@ The rules, for step ``n``:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -125,6 +126,14 @@ from world_core.journal._tools import (
     ToolContext,
     check_state_name,
     idempotency_key,
+)
+from world_core.journal._waits import (
+    WAIT_KINDS,
+    Signal,
+    TurnSuspended,
+    approval_signal,
+    check_seconds,
+    check_signal_name,
 )
 from world_core.spi import MAX_ID_BYTES, Event, NewEvent, World, validate_id
 
@@ -176,6 +185,7 @@ _PREVIEW_CHARS = 300
 _PENDING_FLUSH_BYTES = 1024 * 1024  # deferred outcomes are written once they reach this
 _STEP_BYTES = 2 * 1024 * 1024  # staged values above this in all go to blobs, however small each
 _ERROR_CHARS = 2000
+_APPROVAL_ARGUMENTS_BYTES = 16 * 1024  # larger arguments are shown to approvers as a preview
 assert 5 + MAX_TURN_ID_BYTES + 6 + 10 + 7 + MAX_STATE_NAME_BYTES <= MAX_ID_BYTES
 
 
@@ -434,8 +444,10 @@ class Journal:
         defer_safe: bool = True,
         clock: Callable[[], float] = time.time,
         lease_held: Callable[[], bool] | None = None,
+        owner: str | None = None,
     ) -> None:
         self._world = world
+        self._owner = owner
         self.session_id = session_id
         self.turn_id = turn_id
         self._log_id = session_log_id(session_id)
@@ -467,6 +479,7 @@ class Journal:
         defer_safe: bool = True,
         clock: Callable[[], float] | None = None,
         lease_held: Callable[[], bool] | None = None,
+        owner: str | None = None,
     ) -> Journal:
         """Load the session log (one read, plus the blobs it names) and return the journal of
         ``turn_id``.
@@ -480,6 +493,9 @@ class Journal:
                 local clock by default. Deadlines are recorded and compared on it.
             lease_held: tells tools whether the turn's lease is still held (a worker passes
                 it); always True by default.
+            owner: who runs the turn (a worker passes its queue message's id): recorded with
+                each wait's outcome, so a wake-up for a wait someone else resumed is known
+                as stale (:attr:`resumed_by`).
 
         Raises:
             InvalidIdentifierError, InvalidArgumentError: bad ids (nothing is read).
@@ -499,6 +515,7 @@ class Journal:
             defer_safe=defer_safe,
             clock=clock if clock is not None else time.time,
             lease_held=lease_held,
+            owner=owner,
         )
 
     # -- what the turn is about ----------------------------------------------------------------
@@ -536,6 +553,36 @@ class Journal:
         yet, or None. While there is one, this turn takes no step
         (:class:`~world_core.errors.TurnNotReadyError`)."""
         return None if self.finished else self._turn.waiting_for
+
+    @property
+    def resumed_by(self) -> str | None:
+        """Who wrote the outcome of this turn's latest wait (the ``owner`` that resumed it), or
+        None when no wait of it has ended, or the turn is suspended in a wait now. In between,
+        the turn belongs to that owner: any other message for it is a stale wake-up."""
+        if self.open_wait is not None:
+            return None
+        waits = [
+            n
+            for n, step in self._turn.steps.items()
+            if step.outcome is not None and step.outcome.get("kind") in WAIT_KINDS
+        ]
+        if not waits:
+            return None
+        by = (self._turn.steps[max(waits)].outcome or {}).get("by")
+        return None if by is None else str(by)
+
+    @property
+    def open_wait(self) -> int | None:
+        """The step of the wait this turn is suspended in (its latest step: a wait with an
+        intent and no outcome), or None."""
+        if not self._turn.steps:
+            return None
+        last = max(self._turn.steps)
+        step = self._turn.steps[last]
+        intent = step.intent
+        if step.outcome is None and intent is not None and intent.get("kind") in WAIT_KINDS:
+            return last
+        return None
 
     @property
     def parked_messages(self) -> list[str]:
@@ -666,6 +713,11 @@ class Journal:
     async def _tool_step(
         self, tool: Tool, raw: dict[str, Any], args: dict[str, Any]
     ) -> dict[str, Any]:
+        if tool.approval == "required":
+            refused = await self._approval(tool, raw)
+            if refused is not None:
+                return refused
+
         async def run(step: int, context: ToolContext) -> dict[str, Any]:
             self.tool_runs += 1
             return await _run_tool(tool, args, context)
@@ -673,6 +725,39 @@ class Journal:
         return await self._step(
             "tool", tool.name, digest_of(raw), raw, tool.replay, None, tool_run=(tool, run)
         )
+
+    async def _approval(self, tool: Tool, raw: dict[str, Any]) -> dict[str, Any] | None:
+        """Wait for the decision on a call of ``tool`` (a step of its own, before the call's);
+        None when approved, else the result the call gets instead of running."""
+        signal, _ = approval_signal(self.turn_id, self._next)
+        encoded = canonical_json(raw)
+        arguments = raw if len(encoded) <= _APPROVAL_ARGUMENTS_BYTES else _preview(raw)
+        timeout = tool.approval_timeout
+        spec = {"tool": tool.name, "arguments": arguments, "timeout": timeout}
+        result = await self._wait(
+            "approval",
+            tool.name,
+            spec,
+            lambda: self._clock() + timeout,
+            signal=signal,
+            signal_turn=self.turn_id,
+        )
+        found = result.get("signal")
+        if not isinstance(found, dict):
+            return {
+                "error": f"nobody approved this call of {tool.name} within {timeout:g} s, so it "
+                "did not run"
+            }
+        payload = found.get("payload")
+        decision: dict[str, Any] = payload if isinstance(payload, dict) else {}
+        if decision.get("approved") is True:
+            return None
+        reason = decision.get("reason")
+        because = f": {reason}" if reason else ""
+        return {
+            "error": f"{found.get('sender')} rejected this call of {tool.name}, so it did not "
+            f"run{because}"
+        }
 
     def now(self) -> float:
         """UNIX time, journaled: replay returns the recorded value."""
@@ -685,6 +770,66 @@ class Journal:
     def random(self) -> float:
         """A float in [0, 1), journaled."""
         return float(self._value("random", _random.random))
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` durably: the fire time is recorded once (store clock), the turn is
+        unloaded meanwhile (:class:`TurnSuspended` leaves the agent code; a worker queues a
+        wake-up) and resumes on any worker at that time; a time that passed while no worker
+        ran fires at once. On replay the recorded fire time is used, never recomputed."""
+        wait = check_seconds(seconds, "seconds")
+        await self._wait("timer", "sleep", {"seconds": wait}, lambda: self._clock() + wait)
+
+    async def sleep_until(self, when: float) -> None:
+        """Wait until UNIX time ``when`` (store clock), durably: see :meth:`sleep`."""
+        at = check_seconds(when, "when")
+        await self._wait("timer", "sleep_until", {"until": at}, lambda: at)
+
+    async def wait_for_signal(self, name: str, *, timeout: float) -> Signal | None:  # noqa: ASYNC109
+        """Wait for the signal ``name`` addressed to this turn or its session; the signal, or
+        None when ``timeout`` seconds passed first. Each signal is consumed once: by the first
+        wait for its name (signals sent before the wait are waiting for it). The turn holds
+        no worker while it waits (see :meth:`sleep`)."""
+        check_signal_name(name)
+        seconds = check_seconds(timeout, "timeout")
+        result = await self._wait(
+            "signal",
+            name,
+            {"name": name, "timeout": seconds},
+            lambda: self._clock() + seconds,
+            signal=name,
+        )
+        found = result.get("signal")
+        return None if not isinstance(found, dict) else Signal(**found)
+
+    def patched(self, name: str) -> bool:
+        """Whether this run takes the new branch of a code change named ``name``.
+
+        A run that reaches this point live records a marker and gets True. A replay gets
+        True where its history holds the marker, and False where the history was written
+        without it (by the code before the change): keep the old branch until no open history
+        needs it. Removing the branch (the call) while a history holds its marker makes the
+        replay raise :class:`~world_core.errors.NonDeterminismError` naming the marker.
+        """
+        check_signal_name(name)
+        self._check_usable()
+        self._check_order()
+        n = self._next
+        step = self._turn.steps.get(n)
+        if step is not None:
+            identity = step.identity
+            if identity["kind"] != "patch":
+                return False  # written before the change: the old branch
+            if identity["name"] != name:
+                raise self._mismatch(n, identity, {"kind": "patch", "name": name})
+            self._next += 1
+            self.replayed += 1
+            return True
+        if self._turn.reply is not None:
+            return False  # the recorded run ended here without the marker
+        self._next += 1
+        body = {"kind": "patch", "name": name, "digest": digest_of(None), "preview": "null"}
+        self._pending.append(self._event("outcome", {**body, "result": {"output": True}}, n))
+        return True
 
     async def finish(self, reply: str) -> str:
         """Record the turn's reply (with any deferred steps) and return it.
@@ -867,6 +1012,17 @@ class Journal:
     def _mismatch(
         self, step: int, recorded: object, attempted: object, detail: list[str] | None = None
     ) -> NonDeterminismError:
+        if isinstance(recorded, dict) and recorded.get("kind") == "patch":
+            marker = recorded.get("name")
+            return NonDeterminismError(
+                f"turn {self.turn_id!r} step {step}: the history took the new branch of "
+                f"patched({marker!r}) here, but the code no longer asks patched({marker!r}) "
+                f"(it does {attempted!r}). Keep the patched() branch until no open history "
+                "holds its marker.",
+                position=f"turn {self.turn_id} step {step}",
+                recorded=recorded,
+                attempted=attempted,
+            )
         where = "".join(f"\n  {line}" for line in detail or [])
         what = f"the journal holds {recorded!r} but the code now does {attempted!r}."
         if detail and isinstance(recorded, dict) and isinstance(attempted, dict):
@@ -952,6 +1108,77 @@ class Journal:
             # call, as the rules say. After a failed append the Journal is unusable anyway.
             self._next = n
             raise
+
+    async def _wait(
+        self,
+        kind: str,
+        name: str,
+        spec: dict[str, Any],
+        deadline_of: Callable[[], float],
+        *,
+        signal: str | None = None,
+        signal_turn: str | None = None,
+    ) -> dict[str, Any]:
+        """A wait as step n: intent (deadline) before, outcome (fired, a signal, timed out)
+        after, written at once: the first writer of the outcome owns the turn from there."""
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        n = self._claim_position(kind, name, digest_of(spec), spec)
+        try:
+            step = self._turn.steps.get(n)
+            if step is not None and step.outcome is not None:
+                self.replayed += 1
+                result: dict[str, Any] = step.outcome["result"]
+                return result
+            identity = {"kind": kind, "name": name, "digest": digest_of(spec)}
+            identity["preview"] = _preview(spec)
+            if step is None or step.intent is None:
+                deadline = deadline_of()
+                intent = {**identity, "deadline": deadline, "signal": signal, **spec}
+                if signal_turn is not None:
+                    intent["for_turn"] = signal_turn
+                await self._append([self._event("intent", intent, n)])
+                self._record(n, intent=intent)
+            else:
+                deadline = float(step.intent["deadline"])
+            crash = self._crash
+            if crash is not None and crash.step == n and crash.when == "before_run":
+                crash.hit()
+            outcome: dict[str, Any] | None = None
+            if signal is not None:
+                found = await self._find_signal(signal, signal_turn)
+                if found is not None:
+                    outcome = {"signal": found}
+            if outcome is None:
+                if self._clock() < deadline:
+                    raise TurnSuspended(
+                        f"turn {self.turn_id!r} step {n}: {kind} {name!r} waits until "
+                        f"{deadline:.3f}",
+                        step=n,
+                        wake_at=deadline,
+                        signal=signal,
+                    )
+                outcome = {"fired": True} if kind == "timer" else {"timed_out": True}
+            if crash is not None and crash.step == n and crash.when == "after_run":
+                crash.hit()
+            body = {**identity, "result": outcome, "by": self._owner}
+            await self._append([self._event("outcome", body, n)])
+            self._record(n, outcome=body)
+            return outcome
+        except BaseException:
+            self._next = n
+            raise
+
+    async def _find_signal(self, name: str, turn: str | None) -> dict[str, Any] | None:
+        """The first signal ``name`` in the log, addressed to this turn (or, unless ``turn``
+        is given, to the session), that no wait consumed yet."""
+        session = scan_session(await self._world.log.read(self._log_id))
+        for body in session.signals:
+            if body.get("name") != name or str(body.get("id")) in session.consumed:
+                continue
+            target = body.get("turn")
+            if target == self.turn_id or (target is None and turn is None):
+                return dataclasses.asdict(Signal.from_body(body))
+        return None
 
     def _reused_key(self, n: int, name: str, digest: str) -> str:
         """Step ``n``'s idempotency key: the key of the latest earlier call of the same tool
@@ -1216,6 +1443,12 @@ class _Session:
     kicks: dict[str, int] = field(default_factory=dict)
     """turn -> messages sent to run it once the turns before it had ended"""
     state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    """every signal's body, in log order"""
+    consumed: set[str] = field(default_factory=set)
+    """ids of the signals a wait consumed"""
+    open_waits: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """(turn, step) -> the intent of a wait that has no outcome yet"""
 
     def finished(self, turn_id: str) -> bool:
         return turn_id in self.replies or turn_id in self.failures
@@ -1257,6 +1490,15 @@ def scan_session(events: list[Event]) -> _Session:
             session.parks.setdefault(turn_of, []).append(str(body.get("message")))
         elif what == "kick":
             session.kicks[turn_of] = session.kicks.get(turn_of, 0) + 1
+        elif what == "signal":
+            session.signals.append(body)
+        elif what == "intent" and body.get("kind") in WAIT_KINDS:
+            session.open_waits[turn_of, int(body["step"])] = body
+        elif what == "outcome" and body.get("kind") in WAIT_KINDS:
+            session.open_waits.pop((turn_of, int(body["step"])), None)
+            consumed = body.get("result", {}).get("signal")
+            if isinstance(consumed, dict):
+                session.consumed.add(str(consumed.get("signal_id")))
     return session
 
 

@@ -29,6 +29,8 @@ from pydantic_core import to_jsonable_python
 from world_core.errors import InvalidArgumentError, LeaseLostError
 
 __all__ = [
+    "DEFAULT_APPROVAL_TIMEOUT",
+    "Approval",
     "DEFAULT_TOOL_TIMEOUT",
     "MAX_IDEMPOTENCY_KEY_BYTES",
     "Replay",
@@ -47,6 +49,12 @@ _REPLAYS: tuple[str, ...] = get_args(Replay)
 
 DEFAULT_TOOL_TIMEOUT = 60.0
 """Seconds a tool call may take unless its tool says otherwise (``tool(..., timeout=...)``)."""
+
+DEFAULT_APPROVAL_TIMEOUT = 24 * 3600.0
+"""Seconds a call of an ``approval="required"`` tool waits for a decision by default."""
+
+Approval = Literal["none", "required"]
+"""Whether a tool's calls wait for a person's decision before they run."""
 
 MAX_IDEMPOTENCY_KEY_BYTES = 255
 """Idempotency keys never exceed this many UTF-8 bytes (Stripe's limit, the strictest known)."""
@@ -265,6 +273,10 @@ class Tool:
     arguments: type[pydantic.BaseModel]
     context_parameter: str | None
     timeout: float = DEFAULT_TOOL_TIMEOUT
+    approval: Approval = "none"
+    """``"required"``: every call waits for a person's decision before it runs."""
+    approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
+    """Seconds a call waits for a decision; then it is refused without running."""
 
     def schema(self) -> dict[str, Any]:
         """The chat-completions ``tools`` entry: name, description, JSON schema of arguments."""
@@ -334,7 +346,7 @@ def _description(fn: Callable[..., Any]) -> str:
     return doc.split("\n\n", 1)[0].replace("\n", " ").strip()
 
 
-def _check_timeout(timeout: object, name: str) -> float:
+def _check_timeout(timeout: object, name: str, what: str = "timeout") -> float:
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
@@ -342,9 +354,19 @@ def _check_timeout(timeout: object, name: str) -> float:
         or timeout <= 0
     ):
         raise InvalidArgumentError(
-            f"tool {name!r}: timeout must be a finite number of seconds > 0, got {timeout!r}"
+            f"tool {name!r}: {what} must be a finite number of seconds > 0, got {timeout!r}"
         )
     return float(timeout)
+
+
+def _check_approval(approval: object, approval_timeout: object, name: str) -> Approval:
+    if approval not in ("none", "required"):
+        raise InvalidArgumentError(
+            f"tool {name!r}: approval must be 'none' or 'required' (every call waits for a "
+            f"person's decision), got {approval!r}"
+        )
+    _check_timeout(approval_timeout, name, "approval_timeout")
+    return approval
 
 
 def _build(
@@ -353,6 +375,8 @@ def _build(
     name: str | None,
     description: str | None,
     timeout: object = DEFAULT_TOOL_TIMEOUT,
+    approval: object = "none",
+    approval_timeout: object = DEFAULT_APPROVAL_TIMEOUT,
 ) -> Tool:
     tool_name = name or getattr(fn, "__name__", "")
     if not tool_name or not tool_name.replace("_", "a").replace("-", "a").isalnum():
@@ -361,6 +385,7 @@ def _build(
         )
     label = _check_replay(replay, tool_name)
     seconds = _check_timeout(timeout, tool_name)
+    needs = _check_approval(approval, approval_timeout, tool_name)
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except NameError as exc:
@@ -399,6 +424,8 @@ def _build(
         arguments=cast(type[pydantic.BaseModel], arguments),
         context_parameter=context_parameter,
         timeout=seconds,
+        approval=needs,
+        approval_timeout=float(cast(float, approval_timeout)),
     )
 
 
@@ -410,6 +437,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float = DEFAULT_TOOL_TIMEOUT,
+    approval: Approval = "none",
+    approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
 ) -> Tool: ...
 
 
@@ -421,6 +450,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float = DEFAULT_TOOL_TIMEOUT,
+    approval: Approval = "none",
+    approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -431,6 +462,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float = DEFAULT_TOOL_TIMEOUT,
+    approval: Approval = "none",
+    approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Define a tool from a typed function (sync or async), as ``tool(f, replay=...)`` or
     ``@tool(replay=...)``.
@@ -446,13 +479,20 @@ def tool(
     waits for it before answering for the call, so set it above the longest the call can
     really take.
 
+    ``approval="required"``: every call waits for a person's decision before it runs
+    (:meth:`Client.approve <world_core.Client.approve>`, ``world approve``); the turn holds no
+    worker meanwhile. A rejection, or no decision within ``approval_timeout`` seconds (default
+    :data:`DEFAULT_APPROVAL_TIMEOUT`), refuses the call without running it, and the model is
+    told so.
+
     Raises:
-        InvalidArgumentError: ``replay`` is not ``"safe"`` or ``"never"``, ``timeout`` is not
-            a number > 0, a parameter has no type hint, or the name is not a valid tool name.
+        InvalidArgumentError: ``replay`` is not ``"safe"`` or ``"never"``, ``timeout`` or
+            ``approval_timeout`` is not a number > 0, ``approval`` is not ``"none"`` or
+            ``"required"``, a parameter has no type hint, or the name is not a valid tool name.
     """
     if fn is None:
-        return lambda f: _build(f, replay, name, description, timeout)
-    return _build(fn, replay, name, description, timeout)
+        return lambda f: _build(f, replay, name, description, timeout, approval, approval_timeout)
+    return _build(fn, replay, name, description, timeout, approval, approval_timeout)
 
 
 class ToolRegistry:

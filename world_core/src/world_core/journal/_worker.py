@@ -63,10 +63,11 @@ from world_core.errors import (
     WorldError,
 )
 from world_core.journal._agent import Agent
-from world_core.journal._client import DEFAULT_QUEUE
+from world_core.journal._client import DEFAULT_QUEUE, turn_queue_key
 from world_core.journal._crash import CrashPoint, SimulatedCrash, crash_point_from_env
-from world_core.journal._journal import Journal, check_turn_id, session_log_id
+from world_core.journal._journal import Journal, canonical_json, check_turn_id, session_log_id
 from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on
+from world_core.journal._waits import TurnSuspended
 from world_core.spi import Lease, World, validate_duration, validate_id
 
 __all__ = ["DETERMINISTIC_ERRORS", "TRANSIENT_ERRORS", "TurnResult", "Worker"]
@@ -77,6 +78,8 @@ Status = Literal[
     "done",
     "failed",
     "queued",
+    "suspended",
+    "stale",
     "retry",
     "waiting",
     "lease_lost",
@@ -126,7 +129,9 @@ class TurnResult:
     the turn; this one stopped), ``superseded`` (another worker's write for a step came first:
     the key refused ours; this one stopped without running a ``never`` tool), ``queued`` (an
     earlier turn of the session has not ended: the turn was handed on to run after it, and
-    its message acked), ``shutdown``
+    its message acked), ``suspended`` (the turn waits for a timer, a signal or an approval: a
+    wake-up is queued for its deadline and the message acked; nothing is held meanwhile),
+    ``stale`` (a wake-up for a wait that another message already resumed; acked), ``shutdown``
     (stopped by a signal; released), ``invalid`` (the message was not a turn; acked and
     dropped).
     """
@@ -297,6 +302,8 @@ class Worker:
         reply: str | None = None
         error: BaseException | None = None
         parked = False
+        stale = False
+        suspended: TurnSuspended | None = None
 
         def lease_held() -> bool:  # called from tools' threads too: no event loop calls
             return not lost and time.monotonic() < held_until
@@ -346,6 +353,7 @@ class Worker:
                             crash=self.crash,
                             clock=clock,
                             lease_held=lease_held,
+                            owner=lease.message_id,
                         )
                         if lease.message_id in journal.parked_messages:
                             parked = True  # handed on before (its worker died before the ack)
@@ -365,7 +373,13 @@ class Worker:
                     # A recorded reply is the turn's end: read it, do not replay the code
                     # (changed code would report a finished turn as a failed replay).
                     reply = journal.recorded_reply
-                    if not parked and not journal.finished:
+                    resumed_by = journal.resumed_by
+                    if not journal.finished and resumed_by not in (None, lease.message_id):
+                        stale = True  # another message resumed the turn's latest wait
+                    waking = body.get("wake")
+                    if journal.open_wait is not None and waking not in (None, journal.open_wait):
+                        stale = True  # a wake-up for an earlier wait, long over
+                    if not parked and not stale and not journal.finished:
                         if lease.attempt >= lease.max_attempts > 1:
                             # The queue's last delivery: if this run died too (a crash loop:
                             # an out-of-memory kill, a segfault) the turn would be
@@ -382,6 +396,8 @@ class Worker:
                                 f"the agent's run_turn returned {reply!r:.80} without recording "
                                 "a reply: end every turn with journal.finish(reply)"
                             )
+                except TurnSuspended as exc:
+                    suspended = exc  # the turn waits: not an outcome
                 except BaseException as exc:
                     # Agent code may raise anything; only a cancellation (of this turn, or of
                     # the worker), Ctrl-C and a simulated crash are not the turn's outcome.
@@ -407,6 +423,13 @@ class Worker:
             return TurnResult(session_id, turn_id, "lease_lost", **counts)
         if parked and journal is not None:
             return await self._parked(current, session_id, turn_id, journal)
+        if stale:
+            log.info("turn %s/%s: a stale wake-up; dropped", session_id, turn_id)
+            await self._settle(current, ack=True)
+            return TurnResult(session_id, turn_id, "stale", **counts)
+        if suspended is not None and error is None:
+            await self._suspend(current, body, suspended, clock)
+            return TurnResult(session_id, turn_id, "suspended", **counts)
         if shutdown:
             await self._settle(current, ack=False)
             return TurnResult(session_id, turn_id, "shutdown", **counts)
@@ -466,6 +489,49 @@ class Worker:
         )
         await self._settle(lease, ack=True)
         return TurnResult(session_id, turn_id, "queued")
+
+    async def _suspend(
+        self,
+        lease: Lease,
+        body: dict[str, Any],
+        suspended: TurnSuspended,
+        clock: Callable[[], float],
+    ) -> None:
+        """Queue the wake-up for the wait's deadline, then let the message go. Crash between
+        the two: the message comes back, the turn suspends again, the wake-up is deduplicated.
+        The wake-up itself, come back before the deadline (clock error), is released to it."""
+        delay = max(0.0, suspended.wake_at - clock())
+        session_id, turn_id = str(body["session_id"]), str(body["turn_id"])
+        if body.get("wake") == suspended.step and body.get("why") == "timer":
+            await self._settle(lease, ack=False, delay=delay)
+            return
+        wake = {
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "wake": suspended.step,
+            "why": "timer",
+        }
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.world.queue.enqueue(
+                    self.queue,
+                    canonical_json(wake),
+                    delay=delay,
+                    dedup_key=turn_queue_key(session_id, turn_id, f"/wake-{suspended.step}"),
+                )
+            except BackendUnavailableError as exc:
+                log.warning("turn %s/%s: queueing its wake-up failed: %s", session_id, turn_id, exc)
+                await self._settle(lease, ack=False, delay=min(delay, self.retry_delay))
+                return
+        log.info(
+            "turn %s/%s waits (step %d) for %.1f s: %s",
+            session_id,
+            turn_id,
+            suspended.step,
+            delay,
+            suspended,
+        )
+        await self._settle(lease, ack=True)
 
     async def _hand_on(self, lease: Lease, session_id: str, turn_id: str) -> bool:
         """The turn has ended: see that the session's next turn runs (see _order). False if

@@ -1,0 +1,477 @@
+"""Timers, signals, approvals and versioning: the contracts of waits inside a turn.
+
+Workers run in this process; a crash is a :class:`CrashPoint` with ``in_process=True`` (the
+worker stops dead at the point, writing nothing more, and its lease runs out), continued by a
+fresh worker. Timings are only ever lower bounds (a timer never fires early), never speeds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import partial
+from typing import Any, ClassVar, Literal
+
+import anyio
+import pytest
+
+from world_conformance._base import ContractBase
+from world_conformance._support import WAIT
+from world_core import (
+    Agent,
+    Client,
+    CrashPoint,
+    Journal,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    SimulatedCrash,
+    ToolCall,
+    TurnResult,
+    Worker,
+    World,
+    session_log_id,
+    tool,
+)
+from world_core.errors import InvalidArgumentError, NonDeterminismError, NotFoundError
+
+__all__ = ["JournalSignalContract", "JournalTimerContract", "JournalVersioningContract"]
+
+QUEUE = "q"
+LEASE = 1.0
+
+
+def _echo(request: ModelRequest) -> ModelReply:
+    return ModelReply(content=f"model saw {len(request.messages)} messages")
+
+
+class _Sleepy(Agent):
+    """model, sleep(``seconds``), model, reply: the reply names both model answers."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(model=ScriptedModel(_echo))
+        self.seconds = seconds
+
+    async def run_turn(self, journal: Journal) -> str:
+        request = ModelRequest(messages=[{"role": "user", "content": journal.user_message}])
+        first = await journal.model(self.model, request)
+        await journal.sleep(self.seconds)
+        second = await journal.model(self.model, request)
+        return await journal.finish(f"{first.content} / slept / {second.content}")
+
+
+class _Waiter(Agent):
+    """Waits for the signal ``go`` once per timeout given (seconds); replies with what each
+    wait got."""
+
+    def __init__(self, *timeouts: float) -> None:
+        super().__init__(model=ScriptedModel(_echo))
+        self.timeouts = timeouts
+
+    async def run_turn(self, journal: Journal) -> str:
+        got: list[str] = []
+        for timeout in self.timeouts:
+            signal = await journal.wait_for_signal("go", timeout=timeout)
+            got.append("timed out" if signal is None else f"{signal.payload} from {signal.sender}")
+        return await journal.finish("; ".join(got))
+
+
+async def _dies(worker: Worker) -> None:
+    """Run one turn with a worker whose crash point must fire (SimulatedCrash)."""
+    with anyio.fail_after(WAIT):
+        try:
+            await worker.run_once(wait=WAIT)
+        except BaseException as exc:  # a SimulatedCrash, maybe inside a task group's group
+            group = exc if isinstance(exc, BaseExceptionGroup) else BaseExceptionGroup("", [exc])
+            if group.subgroup(SimulatedCrash) is None:
+                raise
+            return
+    pytest.fail(f"the worker with {worker.crash} did not reach its crash point")
+
+
+def _status(result: TurnResult | None) -> str:
+    return "nothing came" if result is None else result.status
+
+
+def _worker(world: World, agent: Agent, crash: CrashPoint | None = None) -> Worker:
+    return Worker(world, agent, queue=QUEUE, lease=LEASE, crash=crash, retry_delay=0.1)
+
+
+async def _until_done(
+    world: World, agent: Agent, turn: str, *, within: float = WAIT * 2
+) -> list[str]:
+    """Run turns until ``turn`` is done (or failed); the statuses its messages got."""
+    worker = _worker(world, agent)
+    statuses: list[str] = []
+    with anyio.fail_after(within):
+        while True:
+            result = await worker.run_once(wait=WAIT)
+            assert result is not None, f"no message came to finish the turn (saw {statuses})"
+            if result.turn_id != turn:
+                continue
+            statuses.append(result.status)
+            if result.status in ("done", "failed"):
+                return statuses
+
+
+async def _events(world: World, session: str, what: str) -> list[dict[str, Any]]:
+    found = []
+    for event in await world.log.read(session_log_id(session)):
+        body = json.loads(event.data)
+        if body.get("t") == what:
+            found.append(body)
+    return found
+
+
+class JournalTimerContract(ContractBase):
+    """Durable timers: recorded once, unloaded while waiting, fired once, on time."""
+
+    contract_area: ClassVar[str] = "timers"
+
+    async def test_timers_sleep_unloads_the_turn_and_fires_once_on_time(self, world: World) -> None:
+        """``journal.sleep(1.5)``: the worker records the fire time, queues a wake-up and
+        acks (status ``suspended``: nothing claimable before the fire time, no worker held);
+        the wake-up resumes the turn, which never fires early, pays for no model call twice,
+        and records the timer's outcome once."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        submitted = time.monotonic()
+        agent = _Sleepy(1.5)
+        first = await _worker(world, agent).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        assert await client.status("s", turn) == "waiting"
+        assert await world.queue.claim(QUEUE, "peek", lease=LEASE) == [], (
+            "a message of the sleeping turn was claimable before its fire time"
+        )
+        statuses = await _until_done(world, agent, turn)
+        assert statuses[-1] == "done", statuses
+        assert time.monotonic() - submitted >= 1.5, "the timer fired before its time"
+        model = agent.model
+        assert isinstance(model, ScriptedModel)
+        assert len(model.calls) == 2, "a model call finished before the sleep was paid again"
+        timer = [o for o in await _events(world, "s", "outcome") if o["kind"] == "timer"]
+        assert [t["result"] for t in timer] == [{"fired": True}], timer
+        both = "model saw 1 messages"
+        assert await client.reply("s", turn) == f"{both} / slept / {both}"
+
+    @pytest.mark.parametrize("when", ["before_run", "after_run"])
+    async def test_timers_crash_inside_the_wait_keeps_the_fire_time(
+        self, world: World, when: Literal["before_run", "after_run"]
+    ) -> None:
+        """A worker dies at the timer (``before_run``: its fire time is durable, no wake-up
+        queued yet; ``after_run``: at the wake-up, the time has come, no outcome written). A
+        fresh worker goes on: the fire time recorded first is kept (never recomputed), the
+        timer fires once, and the model call before it is not paid again."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        agent = _Sleepy(1.0)
+        crashing = _worker(world, agent, CrashPoint(1, when, in_process=True))
+        if when == "after_run":
+            first = await _worker(world, agent).run_once(wait=WAIT)
+            assert _status(first) == "suspended", first
+        await _dies(crashing)
+        intents = [i for i in await _events(world, "s", "intent") if i["kind"] == "timer"]
+        assert len(intents) == 1
+        recorded = intents[0]["deadline"]
+        statuses = await _until_done(world, agent, turn)
+        assert statuses[-1] == "done", statuses
+        intents = [i for i in await _events(world, "s", "intent") if i["kind"] == "timer"]
+        assert [i["deadline"] for i in intents] == [recorded], "the fire time was recomputed"
+        timer = [o for o in await _events(world, "s", "outcome") if o["kind"] == "timer"]
+        assert len(timer) == 1, f"the timer fired {len(timer)} times"
+        model = agent.model
+        assert isinstance(model, ScriptedModel)
+        assert len(model.calls) == 2, f"{len(model.calls)} model calls for 2 steps"
+        assert await client.reply("s", turn) is not None
+
+    async def test_timers_a_passed_fire_time_fires_at_once(self, world: World) -> None:
+        """A sleep whose time passed while no worker ran fires on the next claim."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        agent = _Sleepy(0.5)
+        worker = _worker(world, agent)
+        first = await worker.run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        await anyio.sleep(1.5)  # no worker runs meanwhile
+        with anyio.fail_after(WAIT):
+            resumed = await worker.run_once(wait=WAIT)
+        assert _status(resumed) == "done", resumed
+        assert await client.reply("s", turn) is not None
+
+
+class _Refunds:
+    """A ``never`` tool that needs approval, counting its runs."""
+
+    def __init__(self, approval_timeout: float = 3600.0) -> None:
+        self.runs: list[int] = []
+
+        async def refund(amount: int) -> str:
+            """Refund the customer."""
+            self.runs.append(amount)
+            return f"refunded {amount}"
+
+        self.tool = tool(
+            refund, replay="never", approval="required", approval_timeout=approval_timeout
+        )
+
+    def agent(self) -> Agent:
+        def policy(request: ModelRequest) -> ModelReply:
+            results = [m for m in request.messages if m["role"] == "tool"]
+            if results:
+                return ModelReply(content=f"done: {results[-1]['content']}")
+            call = ToolCall(id="c", name="refund", arguments=json.dumps({"amount": 30}))
+            return ModelReply(tool_calls=[call])
+
+        return Agent(model=ScriptedModel(policy), tools=[self.tool])
+
+
+class JournalSignalContract(ContractBase):
+    """Signals and approvals: deduplicated, authenticated by sender, delivered once."""
+
+    contract_area: ClassVar[str] = "signals"
+
+    async def test_signals_wake_a_waiting_turn_once_and_dedupe_by_id(self, world: World) -> None:
+        """The turn waits for ``go`` (suspended, no worker held). The signal, sent twice with
+        one id (a double tap), wakes it and is consumed once: the turn's second wait for
+        ``go`` gets nothing and times out. The same id with another payload is refused."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        agent = _Waiter(1.0 + WAIT)
+        first = await _worker(world, agent).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        assert await client.signal("s", "go", {"n": 1}, sender="alice", signal_id="tap") == "tap"
+        assert await client.signal("s", "go", {"n": 1}, sender="alice", signal_id="tap") == "tap"
+        with pytest.raises(InvalidArgumentError, match="already used"):
+            await client.signal("s", "go", {"n": 2}, sender="alice", signal_id="tap")
+        statuses = await _until_done(world, agent, turn, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        assert await client.reply("s", turn) == "{'n': 1} from alice"
+        consumed = [o for o in await _events(world, "s", "outcome") if o["kind"] == "signal"]
+        assert len(consumed) == 1
+        # A later turn's wait does not get the consumed signal again.
+        second = await client.submit("s", "again")
+        statuses = await _until_done(world, _Waiter(0.5), second, within=WAIT)
+        assert await client.reply("s", second) == "timed out", statuses
+
+    async def test_signals_sent_before_the_wait_are_kept_for_it(self, world: World) -> None:
+        """A signal sent before any turn waits for its name is consumed by the first wait for
+        it, without suspending; one addressed to another turn is not."""
+        client = Client(world, queue=QUEUE)
+        await client.signal("s", "go", "for someone else", sender="bob", turn_id="other")
+        await client.signal("s", "go", "early", sender="bob")
+        turn = await client.submit("s", "hello")
+        statuses = await _until_done(world, _Waiter(WAIT), turn, within=WAIT)
+        assert statuses == ["done"], statuses
+        assert await client.reply("s", turn) == "early from bob"
+
+    async def test_signals_wait_times_out_with_one_outcome(self, world: World) -> None:
+        """No signal comes: the wait returns None at its deadline, never before, and a signal
+        sent after that is not consumed by it."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        started = time.monotonic()
+        statuses = await _until_done(world, _Waiter(1.0), turn, within=WAIT)
+        assert statuses == ["suspended", "done"], statuses
+        assert time.monotonic() - started >= 1.0, "the wait timed out early"
+        assert await client.reply("s", turn) == "timed out"
+        await client.signal("s", "go", "late", sender="carol")
+        outcomes = [o for o in await _events(world, "s", "outcome") if o["kind"] == "signal"]
+        assert [o["result"] for o in outcomes] == [{"timed_out": True}]
+
+    async def test_signals_a_wake_up_for_a_resumed_wait_is_stale(self, world: World) -> None:
+        """The first wait (1 s) is resumed early by its signal; the turn then waits again.
+        The first wait's timer wake-up, come at 1 s, finds the wait resumed by another
+        message and is dropped (``stale``) without running anything; the second signal
+        finishes the turn."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        agent = _Waiter(1.0, WAIT * 3)
+        worker = _worker(world, agent)
+        first = await worker.run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        await client.signal("s", "go", "one", sender="erin")
+        statuses: list[TurnResult] = []
+        with anyio.fail_after(WAIT):
+            while not any(r.status == "stale" for r in statuses):
+                found = await worker.run_once(wait=WAIT)
+                assert found is not None, f"no wake-up came: {[r.status for r in statuses]}"
+                statuses.append(found)
+        assert [r.status for r in statuses] == ["suspended", "stale"], statuses
+        assert (statuses[1].model_calls, statuses[1].tool_runs, statuses[1].replayed) == (0, 0, 0)
+        await client.signal("s", "go", "two", sender="erin")
+        assert (await _until_done(world, agent, turn, within=WAIT))[-1] == "done"
+        assert await client.reply("s", turn) == "one from erin; two from erin"
+
+    @pytest.mark.parametrize("when", ["before_run", "after_run"])
+    async def test_signals_crash_around_consuming_delivers_once(
+        self, world: World, when: Literal["before_run", "after_run"]
+    ) -> None:
+        """The worker dies at the wait: before it looked for the signal (``before_run``) or
+        after it found it and before recording that (``after_run``). A fresh worker delivers
+        the signal exactly once: one outcome, the same payload."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        await client.signal("s", "go", "payload", sender="dana", signal_id="only")
+        agent = _Waiter(WAIT)
+        crashing = _worker(world, agent, CrashPoint(0, when, in_process=True))
+        await _dies(crashing)
+        statuses = await _until_done(world, agent, turn)
+        assert statuses[-1] == "done", statuses
+        assert await client.reply("s", turn) == "payload from dana"
+        outcomes = [o for o in await _events(world, "s", "outcome") if o["kind"] == "signal"]
+        assert len(outcomes) == 1, f"the signal was delivered {len(outcomes)} times"
+
+    async def test_signals_no_wake_up_is_lost_to_a_race(self, world: World) -> None:
+        """Twelve sessions whose turns wait for ``go`` while their signals are sent by other
+        tasks, spread over half a second, three workers running: every turn gets its signal
+        long before its wait's timeout (a lost wake-up would leave it until then)."""
+        client = Client(world, queue=QUEUE)
+        sessions = [f"s{n}" for n in range(12)]
+        turns = {s: await client.submit(s, "hello") for s in sessions}
+        agent = _Waiter(WAIT * 10)
+        stop = anyio.Event()
+
+        async def send(session: str, after: float) -> None:
+            await anyio.sleep(after)  # spread: some come before a wait, some during, some after
+            await client.signal(session, "go", session, sender="racer")
+
+        with anyio.fail_after(WAIT * 2):
+            async with anyio.create_task_group() as tg:
+                for n in range(3):
+                    worker = Worker(
+                        world, agent, queue=QUEUE, lease=5, name=f"w{n}", crash=None, grace=0
+                    )
+                    tg.start_soon(partial(worker.run, stop=stop, signals=False))
+                for n, session in enumerate(sessions):
+                    tg.start_soon(partial(send, session, n * 0.04))
+                try:
+                    for session in sessions:
+                        reply = await client.wait(session, turns[session], timeout=WAIT)
+                        assert reply == f"{session} from racer"
+                except TimeoutError:
+                    pytest.fail("a turn missed the signal sent while it began to wait")
+                finally:
+                    stop.set()
+
+    async def test_signals_approval_runs_the_tool_once_on_approval(self, world: World) -> None:
+        """A ``never`` tool with ``approval="required"``: the turn stops before it runs,
+        holding no worker; the pending approval shows the tool and its arguments; approving
+        twice counts once and the tool runs once; a reject after it is refused."""
+        client = Client(world, queue=QUEUE)
+        refunds = _Refunds()
+        turn = await client.submit("s", "refund me")
+        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        pending = await client.pending_approvals("s")
+        assert [(p.turn_id, p.tool, p.arguments) for p in pending] == [
+            (turn, "refund", {"amount": 30})
+        ]
+        assert refunds.runs == []
+        step = pending[0].step
+        await client.approve("s", turn, step, by="manager")
+        await client.approve("s", turn, step, by="manager")
+        with pytest.raises(InvalidArgumentError, match="already approved"):
+            await client.reject("s", turn, step, by="manager")
+        assert await client.pending_approvals("s") == []
+        statuses = await _until_done(world, refunds.agent(), turn, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        assert refunds.runs == [30]
+        assert await client.reply("s", turn) == "done: refunded 30"
+        with pytest.raises(NotFoundError):
+            await client.approve("s", turn, step + 5, by="manager")
+
+    async def test_signals_rejection_and_timeout_never_run_the_tool(self, world: World) -> None:
+        """Rejected: the tool does not run, the model is told who rejected it and why. Not
+        decided within ``approval_timeout``: the tool does not run, the model is told, and a
+        decision after that is refused."""
+        client = Client(world, queue=QUEUE)
+        refunds = _Refunds(approval_timeout=1.0)
+        rejected = await client.submit("s", "refund me")
+        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        (pending,) = await client.pending_approvals("s")
+        await client.reject("s", rejected, pending.step, by="manager", reason="no receipt")
+        await _until_done(world, refunds.agent(), rejected, within=WAIT)
+        reply = await client.reply("s", rejected)
+        assert "manager rejected this call of refund" in str(reply), reply
+        assert "no receipt" in str(reply), reply
+        timed = await client.submit("s", "refund me again")
+        statuses = await _until_done(world, refunds.agent(), timed, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        reply = await client.reply("s", timed)
+        assert "nobody approved" in str(reply), reply
+        assert refunds.runs == [], "a tool ran without approval"
+        (over,) = [
+            i["step"]
+            for i in await _events(world, "s", "intent")
+            if i["kind"] == "approval" and i["turn"] == timed
+        ]
+        with pytest.raises(InvalidArgumentError, match="is over"):
+            await client.approve("s", timed, over, by="manager")
+
+
+class _Priced(Agent):
+    """model, [new code: ``patched("price-recheck")`` and a second model call], a wait for
+    ``continue`` (unless ``suspend`` is False), reply."""
+
+    def __init__(self, *, new_code: bool, suspend: bool = True) -> None:
+        super().__init__(model=ScriptedModel(_echo))
+        self.new_code = new_code
+        self.suspend = suspend
+
+    async def run_turn(self, journal: Journal) -> str:
+        request = ModelRequest(messages=[{"role": "user", "content": journal.user_message}])
+        first = await journal.model(self.model, request)
+        price = "old price"
+        if self.new_code and journal.patched("price-recheck"):
+            rechecked = await journal.model(self.model, request)
+            price = f"rechecked ({rechecked.content})"
+        if self.suspend:
+            await journal.wait_for_signal("continue", timeout=WAIT * 3)
+        return await journal.finish(f"{first.content}; {price}")
+
+
+class JournalVersioningContract(ContractBase):
+    """``patched()``: old histories take the old branch, new runs the new one; removing a
+    branch a history needs is refused by name."""
+
+    contract_area: ClassVar[str] = "versioning"
+
+    async def test_versioning_open_history_keeps_the_old_branch(self, world: World) -> None:
+        """A turn the old code ran past the change (it is suspended in a later wait) resumes
+        under the new code: its history holds no marker where ``patched`` is asked, so it is
+        False there and the turn ends as the old code would. A turn the new code runs records
+        the marker and takes the new branch."""
+        client = Client(world, queue=QUEUE)
+        old = await client.submit("s", "buy")
+        first = await _worker(world, _Priced(new_code=False)).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        await client.signal("s", "continue", None, sender="test", turn_id=old)
+        statuses = await _until_done(world, _Priced(new_code=True), old, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        assert await client.reply("s", old) == "model saw 1 messages; old price"
+        new = await client.submit("s", "buy again")
+        await client.signal("s", "continue", None, sender="test", turn_id=new)
+        statuses = await _until_done(world, _Priced(new_code=True), new, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        rechecked = "model saw 1 messages; rechecked (model saw 1 messages)"
+        assert await client.reply("s", new) == rechecked
+        markers = [o for o in await _events(world, "s", "outcome") if o["kind"] == "patch"]
+        assert [(m["turn"], m["name"]) for m in markers] == [(new, "price-recheck")]
+
+    async def test_versioning_removing_a_branch_an_open_history_needs_is_refused(
+        self, world: World
+    ) -> None:
+        """A turn that took the new branch and is still open cannot be resumed by code
+        without the ``patched`` call: NonDeterminismError naming the marker."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "buy")
+        journal = await Journal.open(world, "s", turn)
+        agent = _Priced(new_code=True, suspend=False)
+        request = ModelRequest(messages=[{"role": "user", "content": "buy"}])
+        await journal.model(agent.model, request)
+        assert journal.patched("price-recheck")
+        await journal.model(agent.model, request)  # the marker rides with this outcome
+        replay = await Journal.open(world, "s", turn)
+        with pytest.raises(NonDeterminismError, match="price-recheck"):
+            await _Priced(new_code=False, suspend=False).run_turn(replay)

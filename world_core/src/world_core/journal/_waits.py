@@ -1,0 +1,152 @@
+"""Waiting inside a turn: durable timers, signals and approvals (the types and names).
+
+A wait is a step. Its intent records the time it ends (``deadline``, on the store's clock, once:
+never recomputed on replay) and, for a signal, the name it waits for. Its outcome records how
+it ended: the timer fired, a signal was consumed (which one, from whom), or the wait timed out.
+Between the two the turn is *suspended*: :class:`TurnSuspended` leaves the agent code, and the
+worker acks the turn's message after queueing a wake-up for the deadline, so nothing (no
+worker, connection or memory) is held while it waits. A signal sent meanwhile queues a wake-up
+of its own. A wake-up for a wait another message already resumed is stale and is dropped;
+the outcome's ``by`` (the message that wrote it) tells them apart.
+
+Signals are events of the session log keyed ``signal/<signal_id>``: the id deduplicates (a
+double-tapped Approve counts once, and the same id with another payload is refused), and each
+carries its sender. A signal names the turn it is for, or none: then the first wait for its
+name in the session consumes it, whenever that wait comes. Each signal is consumed once.
+
+An approval is a signal raced against a timer: before a tool declared
+``approval="required"`` runs, the turn waits for the signal ``approval/<step>`` addressed to
+it (:meth:`Client.approve <world_core.Client.approve>` / ``reject``, ``world approve``); the
+tool runs on approval, and the model is told it did not on a rejection or when nobody decided
+before ``approval_timeout``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from world_core.errors import InvalidArgumentError
+from world_core.spi import validate_id
+
+__all__ = [
+    "MAX_SIGNAL_NAME_BYTES",
+    "PendingApproval",
+    "Signal",
+    "TurnSuspended",
+    "approval_signal",
+    "check_seconds",
+    "check_signal_name",
+    "check_signal_id",
+]
+
+MAX_SIGNAL_NAME_BYTES = 200
+"""The longest signal name, in UTF-8 bytes."""
+
+WAIT_KINDS = ("timer", "signal", "approval")
+"""Step kinds that suspend a turn until their deadline (or a signal)."""
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A signal a wait consumed: its id, name, JSON payload, sender, and the turn it was
+    addressed to (None: the session)."""
+
+    signal_id: str
+    name: str
+    payload: Any
+    sender: str
+    turn_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Signal:
+        turn = body.get("turn")
+        return cls(
+            signal_id=str(body.get("id")),
+            name=str(body.get("name")),
+            payload=body.get("payload"),
+            sender=str(body.get("sender")),
+            turn_id=None if turn is None else str(turn),
+        )
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A tool call waiting for a person's decision (:meth:`Client.pending_approvals
+    <world_core.Client.pending_approvals>`)."""
+
+    session_id: str
+    turn_id: str
+    step: int
+    tool: str
+    arguments: Any
+    deadline: float
+    """UNIX time (store clock) after which the call is refused unless decided."""
+
+
+class TurnSuspended(BaseException):
+    """The turn waits (a timer, a signal, an approval) and leaves the agent code here.
+
+    Not an error, and a BaseException so that no ``except Exception`` in agent code swallows
+    it: let it through. A :class:`~world_core.Worker` queues a wake-up for ``wake_at`` (store
+    clock) and frees itself; a later message resumes the turn from the journal.
+    """
+
+    def __init__(self, message: str, *, step: int, wake_at: float, signal: str | None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.wake_at = wake_at
+        self.signal = signal
+
+
+def check_seconds(value: object, what: str) -> float:
+    """``value`` as seconds: a finite number >= 0.
+
+    Raises:
+        InvalidArgumentError: anything else, naming ``what``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InvalidArgumentError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def check_signal_name(name: object) -> str:
+    """A signal name: a non-empty str of at most :data:`MAX_SIGNAL_NAME_BYTES` UTF-8 bytes,
+    without control characters.
+
+    Raises:
+        InvalidArgumentError: anything else.
+    """
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name.encode("utf-8", "surrogatepass")) > MAX_SIGNAL_NAME_BYTES
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    ):
+        raise InvalidArgumentError(
+            f"a signal name is a non-empty str of at most {MAX_SIGNAL_NAME_BYTES} bytes without "
+            f"control characters, got {name!r:.80}"
+        )
+    return name
+
+
+def check_signal_id(signal_id: object) -> str:
+    """A signal id: a valid identifier (see :func:`world_core.spi.validate_id`) of at most
+    300 bytes, so its key ``signal/<id>`` fits."""
+    if not isinstance(signal_id, str):
+        raise InvalidArgumentError(f"signal_id must be a str, got {type(signal_id).__name__}")
+    validate_id(signal_id, "signal_id")
+    if len(signal_id.encode("utf-8")) > 300:
+        raise InvalidArgumentError(f"signal_id {signal_id[:60]!r}... is longer than 300 bytes")
+    return signal_id
+
+
+def approval_signal(turn_id: str, step: int) -> tuple[str, str]:
+    """The (signal name, signal id) of the decision on the approval at ``step`` of the turn."""
+    return f"approval/{step}", f"approval/{turn_id}/{step}"
