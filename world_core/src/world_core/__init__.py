@@ -69,7 +69,7 @@ from world_core.journal._tools import (
     idempotency_key,
     tool,
 )
-from world_core.journal._waits import PendingApproval, Signal, TurnSuspended
+from world_core.journal._waits import PendingApproval, Signal, TurnSuspended, sign_signal
 from world_core.journal._worker import TurnResult, Worker
 from world_core.spi import (
     Capabilities,
@@ -123,6 +123,7 @@ __all__ = [
     "digest_of",
     "parse_crash_at",
     "session_log_id",
+    "sign_signal",
     "idempotency_key",
     "read_state",
     "tool",

@@ -32,6 +32,7 @@ from typing import Any, NoReturn, TextIO
 
 import anyio
 
+from world_core._cli_waits import register as register_wait_commands
 from world_core._select import list_worlds, load_attr, open_world
 from world_core.errors import ConfigurationError, WorldError
 
@@ -236,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--wait", type=float, default=30.0, help="with --once: seconds to wait")
     worker.add_argument("--json", action="store_true", help="with --once: print the result")
     worker.set_defaults(run=lambda args: anyio.run(_worker, args))
+    register_wait_commands(sub, add_world_options)
     _add_plugin_commands(sub)
     if "demo" in sub.choices:
         parser.description = "Crash-safe agents on a World. Start with: world demo"

@@ -42,7 +42,7 @@ from world_core.journal._tools import (
     idempotency_key,
     tool,
 )
-from world_core.journal._waits import PendingApproval, Signal, TurnSuspended
+from world_core.journal._waits import PendingApproval, Signal, TurnSuspended, sign_signal
 from world_core.journal._worker import TurnResult, Worker
 
 __all__ = [
@@ -85,6 +85,7 @@ __all__ = [
     "parse_crash_at",
     "read_state",
     "session_log_id",
+    "sign_signal",
     "tool",
     "write_state",
 ]

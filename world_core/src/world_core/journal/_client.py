@@ -34,6 +34,7 @@ from world_core.journal._waits import (
     approval_signal,
     check_signal_id,
     check_signal_name,
+    verify_signal,
 )
 from world_core.spi import MAX_ID_BYTES, Event, NewEvent, OutboxMessage, World, validate_id
 
@@ -282,6 +283,44 @@ class Client:
                 ) from None
         await self._wake_waiting(session_id, name, turn_id)
         return signal
+
+    async def signal_from_webhook(
+        self,
+        session_id: str,
+        body: bytes,
+        signature: str,
+        *,
+        key: str | bytes | None = None,
+    ) -> str:
+        """Send a signal that arrived signed (a webhook): ``body`` is the raw request body, a
+        JSON object ``{"name", "payload", "id", "sender", "turn"}`` (``payload``, ``turn``
+        optional; ``id`` makes retries of the webhook count once), ``signature`` its
+        ``sha256=<hex>`` HMAC under ``key`` (default: ``WORKFLOW_SIGNAL_KEY``). Returns the
+        signal id.
+
+        Raises:
+            InvalidArgumentError: the signature does not match (nothing is written), or the
+                body is not such an object.
+            ConfigurationError: no key (see :func:`~world_core.journal._waits.signal_key`).
+        """
+        verify_signal(body, signature, key=key)
+        try:
+            message = json.loads(body)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"the signed body is not JSON: {exc}") from None
+        if not isinstance(message, dict) or not {"name", "id", "sender"} <= set(message):
+            raise InvalidArgumentError(
+                'the signed body must be a JSON object with "name", "id" and "sender" (and '
+                'optionally "payload", "turn")'
+            )
+        return await self.signal(
+            session_id,
+            message["name"],
+            message.get("payload"),
+            sender=message["sender"],
+            signal_id=message["id"],
+            turn_id=message.get("turn"),
+        )
 
     async def _wake_waiting(self, session_id: str, name: str, turn_id: str | None) -> None:
         """Queue a wake-up for the turn waiting for signal ``name``, if one is. Read after the

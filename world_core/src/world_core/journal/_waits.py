@@ -23,11 +23,14 @@ before ``approval_timeout``.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
-from world_core.errors import InvalidArgumentError
+from world_core.errors import ConfigurationError, InvalidArgumentError
 from world_core.spi import validate_id
 
 __all__ = [
@@ -35,10 +38,14 @@ __all__ = [
     "PendingApproval",
     "Signal",
     "TurnSuspended",
+    "SIGNAL_KEY_VARIABLE",
     "approval_signal",
     "check_seconds",
     "check_signal_name",
     "check_signal_id",
+    "sign_signal",
+    "signal_key",
+    "verify_signal",
 ]
 
 MAX_SIGNAL_NAME_BYTES = 200
@@ -150,3 +157,56 @@ def check_signal_id(signal_id: object) -> str:
 def approval_signal(turn_id: str, step: int) -> tuple[str, str]:
     """The (signal name, signal id) of the decision on the approval at ``step`` of the turn."""
     return f"approval/{step}", f"approval/{turn_id}/{step}"
+
+
+SIGNAL_KEY_VARIABLE = "WORKFLOW_SIGNAL_KEY"
+"""The environment variable holding the shared secret of signed (webhook) signals."""
+
+_MIN_KEY_BYTES = 16
+
+
+def signal_key(key: str | bytes | None = None) -> bytes:
+    """The key that signs signals: ``key``, or :data:`SIGNAL_KEY_VARIABLE` from the environment.
+
+    Raises:
+        ConfigurationError: no key, or one shorter than 16 bytes (the key is never shown).
+    """
+    if key is None:
+        key = os.environ.get(SIGNAL_KEY_VARIABLE, "")
+        where = SIGNAL_KEY_VARIABLE
+    else:
+        where = "key="
+    raw = key.encode("utf-8") if isinstance(key, str) else bytes(key)
+    if len(raw) < _MIN_KEY_BYTES:
+        missing = "is not set" if not raw else f"is shorter than {_MIN_KEY_BYTES} bytes"
+        raise ConfigurationError(
+            f"the key of signed signals ({where}) {missing}: set {SIGNAL_KEY_VARIABLE} to a "
+            f"shared secret of at least {_MIN_KEY_BYTES} random bytes (the sender signs with it)"
+        )
+    return raw
+
+
+def sign_signal(body: bytes, *, key: str | bytes | None = None) -> str:
+    """The signature of a signal's raw request body: ``sha256=<hex HMAC-SHA256>``, as a webhook
+    sender computes it (the header value :meth:`Client.signal_from_webhook
+    <world_core.Client.signal_from_webhook>` checks)."""
+    if not isinstance(body, bytes):
+        raise InvalidArgumentError(f"body must be bytes, got {type(body).__name__}")
+    return "sha256=" + hmac.new(signal_key(key), body, hashlib.sha256).hexdigest()
+
+
+def verify_signal(body: bytes, signature: str, *, key: str | bytes | None = None) -> None:
+    """Check ``signature`` against ``body`` in constant time.
+
+    Raises:
+        InvalidArgumentError: it does not match (nothing about the key or the expected value
+            is said).
+        ConfigurationError: no usable key.
+    """
+    expected = sign_signal(body, key=key)
+    given = signature if isinstance(signature, str) else ""
+    if not hmac.compare_digest(expected.encode(), given.strip().encode()):
+        raise InvalidArgumentError(
+            "the signal's signature does not match its body: refused (sign the exact bytes "
+            f"sent with HMAC-SHA256 under {SIGNAL_KEY_VARIABLE}, as 'sha256=<hex>')"
+        )

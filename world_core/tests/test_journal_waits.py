@@ -1,0 +1,237 @@
+"""Signals from outside: signed webhooks, the approval commands as real processes, bad input.
+
+The behaviour of waits on every backend is pinned by the conformance contracts (timers,
+signals, versioning); these tests cover what sits on top, on the local World.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from world_core import (
+    Agent,
+    Client,
+    Journal,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    ToolCall,
+    Worker,
+    World,
+    open_world,
+    session_log_id,
+    sign_signal,
+    tool,
+)
+from world_core.errors import ConfigurationError, InvalidArgumentError
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 20.0
+NAMESPACE = "waits"
+KEY = "a-shared-secret-of-32-bytes-long"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> str:
+    return str(tmp_path / "world")
+
+
+@pytest.fixture
+async def world(folder: str) -> AsyncIterator[World]:
+    async with open_world("local", url=folder, namespace=NAMESPACE) as opened:
+        yield opened
+
+
+class _Waiter(Agent):
+    def __init__(self) -> None:
+        super().__init__(model=ScriptedModel(lambda request: ModelReply(content="-")))
+
+    async def run_turn(self, journal: Journal) -> str:
+        signal = await journal.wait_for_signal("paid", timeout=WAIT * 3)
+        assert signal is not None
+        return await journal.finish(f"{signal.payload} from {signal.sender}")
+
+
+async def _finish(world: World, agent: Agent) -> list[str]:
+    worker = Worker(world, agent, lease=2, crash=None)
+    statuses: list[str] = []
+    with anyio.fail_after(WAIT):
+        while not statuses or statuses[-1] not in ("done", "failed"):
+            result = await worker.run_once(wait=WAIT)
+            assert result is not None, statuses
+            statuses.append(result.status)
+    return statuses
+
+
+async def test_a_signed_webhook_wakes_the_turn_and_a_forged_one_is_refused(
+    world: World,
+) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "wait for payment")
+    assert (await _finish_once(world)) == "suspended"
+    body = json.dumps(
+        {"name": "paid", "id": "evt_1", "sender": "webhook:payments", "payload": {"amount": 30}}
+    ).encode()
+    signature = sign_signal(body, key=KEY)
+    assert signature.startswith("sha256=")
+    before = len(await world.log.read(session_log_id("s")))
+    forged = body.replace(b"30", b"3000")
+    for bad_body, bad_signature, key in (
+        (forged, signature, KEY),  # the body was changed after signing
+        (body, signature, KEY[::-1]),  # signed with another key
+        (body, "sha256=" + "0" * 64, KEY),
+        (body, "", KEY),
+    ):
+        with pytest.raises(InvalidArgumentError, match="signature does not match") as caught:
+            await client.signal_from_webhook("s", bad_body, bad_signature, key=key)
+        assert KEY not in str(caught.value)
+        assert KEY[::-1] not in str(caught.value)
+    assert len(await world.log.read(session_log_id("s"))) == before, "a refused signal wrote"
+    assert await client.signal_from_webhook("s", body, signature, key=KEY) == "evt_1"
+    assert await client.signal_from_webhook("s", body, signature, key=KEY) == "evt_1"  # retried
+    assert await _finish(world, _Waiter()) == ["done"]
+    assert await client.reply("s", turn) == "{'amount': 30} from webhook:payments"
+
+
+async def _finish_once(world: World) -> str:
+    result = await Worker(world, _Waiter(), lease=2, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    return result.status
+
+
+async def test_the_signal_key_comes_from_the_environment_and_is_never_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("WORKFLOW_SIGNAL_KEY", raising=False)
+    with pytest.raises(ConfigurationError, match=r"\(WORKFLOW_SIGNAL_KEY\) is not set"):
+        sign_signal(b"{}")
+    monkeypatch.setenv("WORKFLOW_SIGNAL_KEY", "short")
+    with pytest.raises(ConfigurationError, match="shorter than 16 bytes") as caught:
+        sign_signal(b"{}")
+    assert "short" not in str(caught.value).replace("shorter", "")
+    monkeypatch.setenv("WORKFLOW_SIGNAL_KEY", KEY)
+    assert sign_signal(b"{}") == sign_signal(b"{}", key=KEY)
+
+
+async def test_bad_waits_and_signals_are_refused_before_anything_is_written(
+    world: World,
+) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "hello")
+    journal = await Journal.open(world, "s", turn)
+    calls: tuple[Callable[[], Awaitable[object]], ...] = (
+        lambda: journal.sleep(-1),
+        lambda: journal.sleep(float("nan")),
+        lambda: journal.sleep_until(float("inf")),
+        lambda: journal.wait_for_signal("", timeout=1),
+        lambda: journal.wait_for_signal("go", timeout=float("inf")),
+        lambda: journal.wait_for_signal("a\nb", timeout=1),
+    )
+    for call in calls:
+        with pytest.raises(InvalidArgumentError):
+            await call()
+    assert journal.position == 0
+    with pytest.raises(InvalidArgumentError, match="sender"):
+        await client.signal("s", "go", sender="")
+    with pytest.raises(InvalidArgumentError, match="not JSON"):
+        await client.signal("s", "go", float("nan"), sender="x")
+
+    def act() -> None:
+        """Act."""
+
+    with pytest.raises(InvalidArgumentError, match="approval must be"):
+        tool(act, replay="never", approval="maybe")  # type: ignore[call-overload]  # the wrong value is the test
+    with pytest.raises(InvalidArgumentError, match="approval_timeout"):
+        tool(act, replay="never", approval="required", approval_timeout=0)
+    assert [e.key for e in await world.log.read(session_log_id("s"))] == [f"turn/{turn}/input"]
+
+
+def _refund_agent(runs: Path) -> Agent:
+    async def refund(amount: int) -> str:
+        """Refund the customer."""
+        with runs.open("a") as file:
+            file.write(f"{amount}\n")
+        return f"refunded {amount}"
+
+    def policy(request: ModelRequest) -> ModelReply:
+        results = [m for m in request.messages if m["role"] == "tool"]
+        if results:
+            return ModelReply(content=f"done: {results[-1]['content']}")
+        return ModelReply(tool_calls=[ToolCall(id="c", name="refund", arguments='{"amount": 30}')])
+
+    return Agent(
+        model=ScriptedModel(policy), tools=[tool(refund, replay="never", approval="required")]
+    )
+
+
+def _world_cli(folder: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "world_core._cli", *args]
+    command += ["--world", "local", "--url", folder, "--namespace", NAMESPACE]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKFLOW_")}
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, check=False)
+
+
+async def test_world_approvals_approve_and_reject_as_commands(
+    world: World, folder: str, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    client = Client(world)
+    turn = await client.submit("s", "refund me")
+    first = await Worker(world, _refund_agent(runs), lease=2, crash=None).run_once(wait=WAIT)
+    assert first is not None
+    assert first.status == "suspended"
+    listed = await anyio.to_thread.run_sync(_world_cli, folder, "approvals", "s")
+    assert listed.returncode == 0, listed.stderr
+    assert f"turn {turn} step 1: refund" in listed.stdout
+    assert '{"amount": 30}' in listed.stdout
+    as_json = await anyio.to_thread.run_sync(_world_cli, folder, "approvals", "s", "--json")
+    (pending,) = json.loads(as_json.stdout)
+    assert (pending["turn_id"], pending["step"], pending["arguments"]) == (turn, 1, {"amount": 30})
+    approve = ("approve", "s", turn, "1", "--by", "alice")
+    done = await anyio.to_thread.run_sync(_world_cli, folder, *approve)
+    assert done.returncode == 0, done.stderr
+    assert "approved" in done.stdout
+    again = await anyio.to_thread.run_sync(_world_cli, folder, *approve)
+    assert again.returncode == 0, again.stderr  # a double tap counts once
+    refused = await anyio.to_thread.run_sync(_world_cli, folder, "reject", "s", turn, "1")
+    assert refused.returncode == 2
+    assert "already approved by 'alice'" in refused.stderr
+    missing = await anyio.to_thread.run_sync(_world_cli, folder, "approve", "s", turn, "7")
+    assert missing.returncode == 2
+    assert "no approval waits at step 7" in missing.stderr
+    assert await _finish(world, _refund_agent(runs)) == ["done"]
+    assert runs.read_text() == "30\n"
+    assert await client.reply("s", turn) == "done: refunded 30"
+    nothing = await anyio.to_thread.run_sync(_world_cli, folder, "approvals", "s")
+    assert "no approval pending" in nothing.stdout
+
+
+async def test_world_signal_as_a_command(world: World, folder: str) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "wait")
+    assert await _finish_once(world) == "suspended"
+    bad = await anyio.to_thread.run_sync(
+        _world_cli, folder, "signal", "s", "paid", "--payload", "{nope"
+    )
+    assert bad.returncode == 2
+    assert "--payload is not JSON" in bad.stderr
+    sent = await anyio.to_thread.run_sync(
+        _world_cli, folder, "signal", "s", "paid", "--payload", '"ok"', "--by", "ops", "--id", "x"
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert await _finish(world, _Waiter()) == ["done"]
+    assert await client.reply("s", turn) == "ok from ops"
