@@ -18,8 +18,10 @@ import anyio
 import world_local
 from world_conformance.wrappers import PassThroughLog, PassThroughWorld
 from world_core import (
+    BackendUnavailableError,
     Capabilities,
     Chunk,
+    ClosedError,
     DeadLetter,
     Event,
     InvalidArgumentError,
@@ -32,7 +34,14 @@ from world_core import (
     StreamInfo,
     World,
 )
-from world_core.spi import DEFAULT_MAX_ATTEMPTS, Log, Queue, Stream
+from world_core.spi import (
+    DEFAULT_MAX_ATTEMPTS,
+    Log,
+    Queue,
+    Stream,
+    validate_id,
+    validate_read,
+)
 
 
 class Wrapper(PassThroughWorld):
@@ -168,8 +177,49 @@ class _DedupIgnored(_QueueFault):
         return await self.inner.enqueue(queue, payload, delay=delay, max_attempts=max_attempts)
 
 
-class _NegativeStartIgnored(Stream):
-    """Fault: a negative ``start`` reads from 0."""
+class _DeadLettersByEnqueue(_QueueFault):
+    """Fault: ``dead_letters`` lists messages in the order they were enqueued, not died."""
+
+    def __init__(self, inner: Queue) -> None:
+        super().__init__(inner)
+        self.enqueued: list[str] = []
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: bytes,
+        *,
+        delay: float = 0.0,
+        dedup_key: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> str:
+        message_id = await self.inner.enqueue(
+            queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
+        )
+        self.enqueued.append(message_id)
+        return message_id
+
+    async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
+        letters = await self.inner.dead_letters(queue, limit=1000)
+        order = {message_id: index for index, message_id in enumerate(self.enqueued)}
+        return sorted(letters, key=lambda d: order.get(d.message_id, -1))[:limit]
+
+
+class _ClosedLooksTransient(_QueueFault):
+    """Fault: a claim on a closed World (or waiting while it closes) raises
+    BackendUnavailableError, a fault to retry, instead of ClosedError."""
+
+    async def claim(
+        self, queue: str, worker: str, *, lease: float, limit: int = 1, wait: float = 0.0
+    ) -> list[Lease]:
+        try:
+            return await self.inner.claim(queue, worker, lease=lease, limit=limit, wait=wait)
+        except ClosedError as exc:
+            raise BackendUnavailableError("connection lost; retry") from exc
+
+
+class _StreamFault(Stream):
+    """The real stream; subclasses change one behaviour."""
 
     def __init__(self, inner: Stream) -> None:
         self.inner = inner
@@ -186,10 +236,17 @@ class _NegativeStartIgnored(Stream):
         return await self.inner.info(stream_id)
 
     def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        return self.inner.read(stream_id, start=max(start, 0))
+        return self.inner.read(stream_id, start=start)
 
     async def delete(self, stream_id: str) -> None:
         await self.inner.delete(stream_id)
+
+
+class _NegativeStartIgnored(_StreamFault):
+    """Fault: a negative ``start`` reads from 0."""
+
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        return self.inner.read(stream_id, start=max(start, 0))
 
 
 class _HidesOutbox(Wrapper):
@@ -250,6 +307,119 @@ async def hides_outbox(*, url: str | None = None, namespace: str = "default") ->
     return _HidesOutbox(await _local(url, namespace))
 
 
+async def dead_letters_by_enqueue(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.queue = _DeadLettersByEnqueue(world.inner.queue)
+    return world
+
+
+async def closed_looks_transient(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.queue = _ClosedLooksTransient(world.inner.queue)
+    return world
+
+
+class _LazyWatch(_LogFault):
+    """Fault: ``watch`` is an ``async def`` generator, so its checks (arguments, a closed
+    World) run only at its first step, not when it is called."""
+
+    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        async for event in self.inner.watch(log_id, after=after):
+            yield event
+
+
+class _LazyRead(_StreamFault):
+    """Fault: ``read`` is an ``async def`` generator, so its checks (arguments, a closed
+    World) run only at its first step, not when it is called."""
+
+    async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        async for chunk in self.inner.read(stream_id, start=start):
+            yield chunk
+
+
+async def lazy_checks(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.log = _LazyWatch(world.inner.log)
+    world.stream = _LazyRead(world.inner.stream)
+    return world
+
+
+class _ClosedFirst(Wrapper):
+    """Fault: once closed, ``log.tail`` and ``log.watch`` raise ClosedError before they
+    check their arguments."""
+
+    def __init__(self, inner: World) -> None:
+        super().__init__(inner)
+        self.closed = False
+        self.log = _ClosedFirstLog(inner.log, self)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await self.inner.aclose()
+
+
+class _ClosedFirstLog(_LogFault):
+    def __init__(self, inner: Log, world: _ClosedFirst) -> None:
+        super().__init__(inner)
+        self.world = world
+
+    def _check(self) -> None:
+        if self.world.closed:
+            raise ClosedError("closed")
+
+    async def tail(self, log_id: str) -> int:
+        self._check()
+        validate_id(log_id, "log_id")
+        return await self.inner.tail(log_id)
+
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        self._check()
+        validate_read(log_id, after=after)
+        return self.inner.watch(log_id, after=after)
+
+
+async def closed_before_arguments(*, url: str | None = None, namespace: str = "default") -> World:
+    return _ClosedFirst(await _local(url, namespace))
+
+
+class _PollingWatch(_LogFault):
+    """Not a fault by itself: ``watch`` ignores every notification and polls the log every
+    ``POLL`` seconds (other processes' appends included)."""
+
+    POLL = 2.5
+
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        validate_read(log_id, after=after)
+        return self._poll(log_id, after)
+
+    async def _poll(self, log_id: str, after: int) -> AsyncIterator[Event]:
+        while True:
+            for event in await self.inner.read(log_id, after=after):
+                yield event
+                after = event.seq
+            await anyio.sleep(self.POLL)
+
+
+class _DeclaredNative(Wrapper):
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities.model_copy(update={"native_wakeups": True})
+
+
+async def polling_declared_native(*, url: str | None = None, namespace: str = "default") -> World:
+    """Fault: a watch that polls every 2.5 s, in a World declaring ``native_wakeups``."""
+    world = _DeclaredNative(await _local(url, namespace))
+    world.log = _PollingWatch(world.inner.log)
+    return world
+
+
+async def polling_honest(*, url: str | None = None, namespace: str = "default") -> World:
+    """The control: the same watch polling every 2.5 s, ``native_wakeups`` left false."""
+    world = Wrapper(await _local(url, namespace))
+    world.log = _PollingWatch(world.inner.log)
+    return world
+
+
 class _Slow:
     """Not a fault: every call of ``inner`` (and every item of its iterators) is delayed by a
     random 0 to 20 ms, as on a loaded machine or a distant server."""
@@ -268,13 +438,17 @@ class _Slow:
             return call
         if callable(attr):
 
-            async def follow(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-                async for item in attr(*args, **kwargs):
-                    await anyio.sleep(random.uniform(0, 0.02))
-                    yield item
+            def follow(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+                return _delayed(attr(*args, **kwargs))  # called now: it checks when called
 
             return follow
         return attr
+
+
+async def _delayed(iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for item in iterator:
+        await anyio.sleep(random.uniform(0, 0.02))
+        yield item
 
 
 async def slow(*, url: str | None = None, namespace: str = "default") -> World:

@@ -46,6 +46,13 @@ FAULTS = [
     ("dedup_ignored", "test_model_state_machine"),
     ("negative_start_ignored", "test_stream_negative_start"),
     ("hides_outbox", "test_outbox_absent_refused"),
+    ("dead_letters_by_enqueue", "test_queue_dead_letters_in_order_of_death"),
+    ("lazy_checks", "test_log_watch_refuses_when_called"),
+    ("lazy_checks", "test_stream_read_refuses_when_called"),
+    ("lazy_checks", "test_world_aclose_idempotent_then_closed"),
+    ("closed_before_arguments", "test_world_closed_checks_arguments_first"),
+    ("closed_looks_transient", "test_world_aclose_ends_waits"),
+    ("polling_declared_native", "test_process_waiters_woken_by_other_process"),
 ]
 
 CONTROLS = sorted({test for _, test in FAULTS} - {"test_outbox_absent_refused"})
@@ -123,6 +130,13 @@ def test_process_contracts_catch_a_private_store_declared_shared(
         test_faulty=CLASS.format(name="faulty_worlds:process_private_claims_shared")
     )
     _run(pytester, "test_process_claimers_never_share").assert_outcomes(failed=1)
+
+
+def test_polling_world_not_declared_native_passes(pytester: pytest.Pytester) -> None:
+    """The control of ``polling_declared_native``: the same watch polling every 2.5 s passes
+    the wake-up contract when ``native_wakeups`` is left false (only being woken is asked)."""
+    pytester.makepyfile(test_faulty=CLASS.format(name="faulty_worlds:polling_honest"))
+    _run(pytester, "test_process_waiters_woken_by_other_process").assert_outcomes(passed=1)
 
 
 def test_unwoken_watch_fails_naming_the_guarantee(

@@ -18,6 +18,11 @@ acknowledged operation, flushed at once):
     write STREAM --batches N --size S --tag T [--pad P]
         N writes of S chunks each, chunk j of write i holding ``T:i:j`` then P NUL bytes.
         Prints ``{"batch": i, "next": n}`` after each write returned.
+    poke NAME
+        One write per line read, until ``end`` or end of input: ``append`` appends one event
+        to log NAME, ``enqueue`` enqueues one message on queue NAME, ``write`` writes one
+        chunk to stream NAME (each holding the word). Prints ``{"done": word}`` after each
+        returned.
 """
 
 from __future__ import annotations
@@ -75,7 +80,29 @@ async def _write(world: World, args: argparse.Namespace) -> None:
         _say(batch=batch, next=await world.stream.write(args.stream, chunks))
 
 
-_COMMANDS = {"append": _append, "claim": _claim, "work": _work, "write": _write}
+async def _poke(world: World, args: argparse.Namespace) -> None:
+    while True:
+        word = (await anyio.to_thread.run_sync(sys.stdin.readline)).strip()
+        if word in ("", "end"):
+            return
+        if word == "append":
+            await world.log.append(args.name, [NewEvent(data=word.encode())])
+        elif word == "enqueue":
+            await world.queue.enqueue(args.name, word.encode())
+        elif word == "write":
+            await world.stream.write(args.name, [word.encode()])
+        else:
+            raise SystemExit(f"poke: unknown word {word!r}")
+        _say(done=word)
+
+
+_COMMANDS = {
+    "append": _append,
+    "claim": _claim,
+    "work": _work,
+    "write": _write,
+    "poke": _poke,
+}
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -111,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     write.add_argument("--size", type=int, required=True)
     write.add_argument("--tag", required=True)
     write.add_argument("--pad", type=int, default=0)
+    poke = commands.add_parser("poke")
+    poke.add_argument("name")
     anyio.run(_run, parser.parse_args(argv))
 
 

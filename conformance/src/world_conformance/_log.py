@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
 
 from world_conformance._base import ContractBase
-from world_conformance._support import take, within
+from world_conformance._support import refusal_at_call, take, within
 from world_conformance._target import WorldTarget
 from world_core import (
     ConflictError,
@@ -99,6 +100,28 @@ class LogContract(ContractBase):
             with anyio.fail_after(5), pytest.raises(InvalidArgumentError):
                 await anext(world.log.watch("l", after=bad))
         assert [e.seq for e in await world.log.read("l", after=0)] == [1]
+
+    async def test_log_watch_refuses_when_called(self, world: World) -> None:
+        """``watch`` checks its arguments when called, before it returns the iterator: a bad
+        log id or ``after`` raises at the line that made the call, not at the first step."""
+        await world.log.append("l", _events(b"a"))
+        bad_afters: tuple[Any, ...] = (-1, True, "0", 1.0, None)
+        cases: list[tuple[str, Any, Any, type[Exception]]] = [
+            (f"watch({bad_id!r:.24})", bad_id, 0, InvalidIdentifierError)
+            for bad_id in ("", "a\x00", "x" * (MAX_ID_BYTES + 1))
+        ]
+        cases += [(f"watch('l', after={a!r})", "l", a, InvalidArgumentError) for a in bad_afters]
+        failures: list[str] = []
+        for what, log_id, after, error in cases:
+
+            def call(log_id: Any = log_id, after: Any = after) -> AsyncIterator[Event]:
+                return world.log.watch(log_id, after=after)
+
+            failure = await refusal_at_call(call, error, what)
+            if failure is not None:
+                failures.append(failure)
+        assert not failures, "Log.watch checks its arguments when called:\n" + "\n".join(failures)
+        assert [e.seq for e in await world.log.read("l")] == [1]
 
     async def test_log_empty_batch_refused(self, world: World) -> None:
         with pytest.raises(InvalidArgumentError):

@@ -7,6 +7,7 @@ namespace, so these tests work for any backend whose ``Capabilities.shared`` is 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import tempfile
@@ -20,13 +21,23 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from world_conformance._base import ContractBase
-from world_conformance._support import WAIT, eventually, take
+from world_conformance._support import WAIT, eventually, take, within
 from world_conformance._target import WorldTarget
 from world_core import Chunk, Event, NewEvent, World
 
 __all__ = ["ProcessContract"]
 
 LONG_LEASE = 120.0
+
+IDLE = 3.0
+"""Seconds the waiters of the wake-up contract wait before another process writes: long
+enough for a waiter that polls to have backed off to its longest interval."""
+
+NATIVE_WAKE = float(os.environ.get("WORLD_CONFORMANCE_WAKE", "") or 1.0)
+"""Seconds within which a waiter of a World with ``Capabilities.native_wakeups`` must see a
+write another process made (after idling IDLE seconds): a bound, not an expectation (a store's
+notification takes milliseconds), well below the polling intervals of the Worlds that poll.
+``WORLD_CONFORMANCE_WAKE`` changes it."""
 
 
 class _Child:
@@ -58,8 +69,11 @@ class _Child:
         assert first == {"ready": True}, f"child did not start: {first!r}\n{self.errors()}"
 
     async def go(self) -> None:
+        await self.send("go")
+
+    async def send(self, line: str) -> None:
         assert self.process.stdin is not None
-        await self.process.stdin.send(b"go\n")
+        await self.process.stdin.send(line.encode() + b"\n")
 
     async def rest(self) -> list[dict[str, Any]]:
         """Every remaining line, then the exit status, which must be 0."""
@@ -311,3 +325,69 @@ class ProcessContract(ContractBase):
                 await child.rest()
         assert watched == await shared_world.log.read("seen")
         assert [_parse(e) for e in watched] == [("x", b, 0) for b in range(6)]
+
+    @pytest.mark.world_process
+    async def test_process_waiters_woken_by_other_process(
+        self, shared_world: World, world_target: WorldTarget
+    ) -> None:
+        """A watch, a ``claim(wait=...)`` and a stream reader here, idle for a while, are each
+        woken by a write another process makes. Where ``Capabilities.native_wakeups`` is
+        true, the store's notification wakes them: each sees its write within NATIVE_WAKE
+        seconds, however long it idled; otherwise bounded polling finds it, within WAIT."""
+        native = shared_world.capabilities.native_wakeups
+        bound = IDLE + WAIT
+        names = {"append": "Log.watch", "enqueue": "Queue.claim(wait=...)", "write": "Stream.read"}
+        woken_at: dict[str, float] = {}
+        woken = {word: anyio.Event() for word in names}
+
+        def woke(word: str) -> None:
+            woken_at[word] = anyio.current_time()
+            woken[word].set()
+
+        async def watcher() -> None:
+            what = "Log.watch waiting here is woken by an append of another process"
+            events = await take(shared_world.log.watch("wake"), 1, bound=bound, what=what)
+            woke("append")
+            assert [e.data for e in events] == [b"append"]
+
+        async def claimer() -> None:
+            leases = await shared_world.queue.claim("wake", "w", lease=LONG_LEASE, wait=bound)
+            woke("enqueue")
+            assert [lease.payload for lease in leases] == [b"enqueue"], (
+                "Queue.claim(wait=...) waiting here is woken by an enqueue of another process: "
+                f"it returned {leases} after {bound} s"
+            )
+
+        async def reader() -> None:
+            what = "Stream.read waiting here is woken by a write of another process"
+            chunks = await take(shared_world.stream.read("wake"), 1, bound=bound, what=what)
+            woke("write")
+            assert chunks == [Chunk(index=0, data=b"write")]
+
+        latency: dict[str, float] = {}
+        argv = world_target.child_command("poke", "wake")
+        async with _spawn([argv]) as (child,):
+            await child.go()
+            with within("three waiters woken by writes of another process", bound * 3):
+                async with anyio.create_task_group() as group:
+                    for waiter in (watcher, claimer, reader):
+                        group.start_soon(waiter)
+                    await anyio.sleep(IDLE)
+                    for word, name in names.items():
+                        sent = anyio.current_time()
+                        await child.send(word)
+                        with anyio.fail_after(bound):
+                            done = await child.line()
+                        assert done == {"done": word}, f"child: {done!r}\n{child.errors()}"
+                        with anyio.fail_after(bound):
+                            await woken[word].wait()
+                        latency[name] = woken_at[word] - sent
+            await child.send("end")
+            await child.rest()
+        slow = {name: seconds for name, seconds in latency.items() if seconds > NATIVE_WAKE}
+        assert not (native and slow), (
+            f"Capabilities.native_wakeups is true, so a waiter idle for {IDLE:g} s is woken by "
+            "the store's notification of another process's write, not by polling; these woke "
+            f"later than {NATIVE_WAKE:g} s after the other process was told to write: "
+            + ", ".join(f"{name} after {seconds:.2f} s" for name, seconds in slow.items())
+        )

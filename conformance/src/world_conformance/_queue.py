@@ -303,6 +303,36 @@ class QueueContract(ContractBase):
         with pytest.raises(NotFoundError):
             await world.queue.requeue("other", ids[0])
 
+    async def test_queue_dead_letters_in_order_of_death(self, world: World) -> None:
+        """Dead letters are listed by the time each message was dead-lettered, oldest first,
+        not by enqueue time: the order an operator handles failures in. A death is the
+        release after the last delivery, or the claim that finds the last lease expired; a
+        requeued message that dies again counts from its new death."""
+        early = await world.queue.enqueue("q", b"early", max_attempts=1)
+        late = await world.queue.enqueue("q", b"late", max_attempts=1)
+        first = await _claim_one(world, "q", "w")
+        second = await _claim_one(world, "q", "w")
+        assert (first.message_id, second.message_id) == (early, late)
+        await world.queue.release(second)  # the later message dies first
+        await world.queue.renew(first, SHORT)  # the earlier one dies once this lease expired
+        letters = await _dead(world, "q", 2)
+        order = [d.message_id for d in letters]
+        assert order == [late, early], (
+            "dead_letters lists messages in the order they died (the one released after its "
+            "last delivery, then the one whose last lease expired later), not in enqueue "
+            f"order: expected [late, early] = {[late, early]}, got {order}"
+        )
+        oldest = [d.message_id for d in await world.queue.dead_letters("q", limit=1)]
+        assert oldest == [late], f"dead_letters(limit=1) returns the oldest death, got {oldest}"
+        await world.queue.requeue("q", late)
+        await anyio.sleep(0.01)  # distinct death times even on a millisecond clock
+        await world.queue.release(await _claim_one(world, "q", "w"))
+        order = [d.message_id for d in await world.queue.dead_letters("q")]
+        assert order == [early, late], (
+            "a requeued message that dies again is ordered by its new death, after the "
+            f"letters already there: expected [early, late] = {[early, late]}, got {order}"
+        )
+
     async def test_queue_lease_arguments_refused(self, world: World) -> None:
         """``renew``, ``ack`` and ``release`` take the Lease itself (a copy with an invalid id
         or token is refused as such); ``renew`` needs a duration > 0, ``release`` a delay

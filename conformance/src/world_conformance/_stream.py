@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import pytest
 
 from world_conformance._base import ContractBase
-from world_conformance._support import drain, take, within
+from world_conformance._support import drain, refusal_at_call, take, within
 from world_conformance._target import WorldTarget
-from world_core import Chunk, ClosedError, ConflictError, InvalidArgumentError, StreamInfo, World
+from world_core import (
+    Chunk,
+    ClosedError,
+    ConflictError,
+    InvalidArgumentError,
+    InvalidIdentifierError,
+    StreamInfo,
+    World,
+)
+from world_core.spi import MAX_ID_BYTES
 
 __all__ = ["StreamContract"]
 
@@ -62,6 +72,28 @@ class StreamContract(ContractBase):
             with anyio.fail_after(5), pytest.raises(InvalidArgumentError):
                 await anext(world.stream.read("s", start=bad))
         assert await drain(world.stream.read("s", start=-5)) == _chunks(b"a")
+
+    async def test_stream_read_refuses_when_called(self, world: World) -> None:
+        """``read`` checks its arguments when called, before it returns the iterator: a bad
+        stream id or ``start`` raises at the line that made the call, not at the first step."""
+        await world.stream.write("s", [b"a"])
+        bad_starts: tuple[Any, ...] = ("0", 1.0, True, None)
+        cases: list[tuple[str, Any, Any, type[Exception]]] = [
+            (f"read({bad_id!r:.24})", bad_id, 0, InvalidIdentifierError)
+            for bad_id in ("", "a\x00", "x" * (MAX_ID_BYTES + 1))
+        ]
+        cases += [(f"read('s', start={s!r})", "s", s, InvalidArgumentError) for s in bad_starts]
+        failures: list[str] = []
+        for what, stream_id, start, error in cases:
+
+            def call(stream_id: Any = stream_id, start: Any = start) -> AsyncIterator[Chunk]:
+                return world.stream.read(stream_id, start=start)
+
+            failure = await refusal_at_call(call, error, what)
+            if failure is not None:
+                failures.append(failure)
+        assert not failures, "Stream.read checks its arguments when called:\n" + "\n".join(failures)
+        assert await world.stream.info("s") == StreamInfo(stream_id="s", next_index=1, closed=False)
 
     async def test_stream_compare_and_set(self, world: World) -> None:
         stream = world.stream

@@ -25,6 +25,7 @@ __all__ = [
     "drain",
     "eventually",
     "fresh_namespace",
+    "refusal_at_call",
     "take",
     "within",
 ]
@@ -102,6 +103,42 @@ async def _bounded_close(iterator: AsyncIterator[object], what: str, bound: floa
         await aclose(iterator)
     if scope.cancelled_caught:
         raise AssertionError(f"{what}: closing the iterator (aclose) hung for {bound} s")
+
+
+async def refusal_at_call(
+    call: Callable[[], AsyncIterator[object]], error: type[Exception], what: str
+) -> str | None:
+    """Call a method that returns an async iterator (``Log.watch``, ``Stream.read``) in a way
+    it must refuse: None when the call itself raised ``error``, before returning an iterator;
+    otherwise what it did instead, starting with ``what`` (for a failure message).
+
+    An ``async def`` generator runs none of its body until its first step, so its checks
+    would only fail there (or never, for an iterator nobody iterates): the contract asks for
+    a plain method that checks, then returns the iterator.
+    """
+    try:
+        iterator = call()
+    except error:
+        return None
+    except Exception as exc:
+        return f"{what} raised {type(exc).__name__} instead of {error.__name__}: {exc}"
+    later = "its first step did not raise it either"
+    try:
+        with anyio.fail_after(5):
+            await anext(iterator)
+    except error:
+        later = f"it raised {error.__name__} only at its first step"
+    except TimeoutError:
+        later = "its first step waited instead"
+    except Exception as exc:
+        later = f"its first step raised {type(exc).__name__}: {exc}"
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(WAIT):
+            await aclose(iterator)
+    return (
+        f"{what} returned an iterator instead of raising {error.__name__} when called ({later}); "
+        "check the arguments and the World in a plain method, then return the async generator"
+    )
 
 
 def _preview(items: list[T]) -> str:

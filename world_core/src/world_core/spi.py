@@ -31,9 +31,22 @@ Rules shared by every method:
   different namespaces on one server never see each other's logs, queues or streams.
 * Backends translate driver exceptions into :mod:`world_core.errors` at one place; a
   transient fault surfaces as :class:`~world_core.errors.BackendUnavailableError`.
+* A call refuses in this order: first what its arguments alone decide (the ``validate_*``
+  functions of this module: InvalidIdentifierError, InvalidArgumentError,
+  PayloadTooLargeError; then UnsupportedError for a capability the backend declares absent),
+  then :class:`~world_core.errors.ClosedError` when the World was closed, then what depends
+  on the store. So a call with arguments it refuses raises that refusal whether the World is
+  open or closed (a bad call is a bug to fix at its line, whatever the World's state), and a
+  valid call on a closed World raises ClosedError without touching the store.
+* ``Log.watch`` and ``Stream.read`` return async iterators, and make those checks when
+  called, before returning the iterator: a bad argument or a closed World raises at the line
+  that made the call, not at the first step of the iterator (nor never, for an iterator
+  nobody steps). An ``async def`` generator runs none of its body until its first step, so
+  implement them as a plain ``def`` that validates, checks the World is open, then returns
+  the async generator.
 * Waiting (``Log.watch``, ``Queue.claim(wait=...)``, ``Stream.read``) is woken by the store's
   own notification where it has one, by bounded polling with backoff where it has not;
-  never by a busy loop.
+  never by a busy loop. ``Capabilities.native_wakeups`` says which.
 """
 
 from __future__ import annotations
@@ -273,6 +286,19 @@ class Capabilities(_Record):
 
     The conformance suite skips the tests of a feature declared absent and checks that using
     it raises :class:`~world_core.errors.UnsupportedError`.
+
+    ``native_wakeups`` is about writes made elsewhere. True promises that a waiter
+    (``Log.watch``, ``Queue.claim(wait=...)``, ``Stream.read``) is woken by a write made
+    through another connection to the store, from another process or machine, by a
+    notification the store delivers: it sees the write about as soon as it commits, however
+    long it has been idle, and any polling is only a safety net. False means such writes are
+    found by bounded polling, up to the backend's longest polling interval later (its README
+    says how long). Either way every waiter is woken by every write, from anywhere; and writes
+    made in the waiter's own process (through the same World object or another one) may wake
+    it directly, which does not make the flag true: a World that only wakes its own process's
+    waiters and polls for the rest declares False. The conformance suite lets waiters idle
+    for seconds, then has another process write, and for True requires each waiter to see its
+    write within a bound (``WORLD_CONFORMANCE_WAKE``, 1 s) well below a polling interval.
     """
 
     outbox: bool = Field(
@@ -285,7 +311,10 @@ class Capabilities(_Record):
     )
     native_wakeups: bool = Field(
         default=False,
-        description="Waiting is woken by the store's notifications rather than bounded polling.",
+        description=(
+            "Waiters are woken by the store's notification of a write made in another process, "
+            "not by polling (see the class docstring)."
+        ),
     )
     max_payload_bytes: int = Field(
         default=MAX_PAYLOAD_BYTES,
@@ -750,6 +779,13 @@ class Log(ABC):
         Never ends by itself: stop by breaking out or cancelling. Each event is yielded once,
         none is skipped. A watcher may start before the log exists. New events are noticed
         through the store's notification where it has one, bounded polling otherwise.
+
+        Raises:
+            InvalidIdentifierError, InvalidArgumentError: see :func:`validate_read`; raised by
+                the call itself, before the iterator is returned (a plain ``def`` returning an
+                async generator, not an ``async def`` generator).
+            ClosedError: by the call, when the World is closed; by the iterator, at its next
+                step, once the World closes (also while it waits).
         """
 
     @abstractmethod
@@ -873,9 +909,13 @@ class Queue(ABC):
 
     @abstractmethod
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
-        """Dead-lettered messages of the queue, oldest first, at most ``limit`` (at most
-        MAX_LIST_LIMIT). A dead message is no longer live: its dedup key is free. ``attempts``
-        is the number of deliveries it had; ``reason`` is a non-empty explanation."""
+        """Dead-lettered messages of the queue, at most ``limit`` (at most MAX_LIST_LIMIT),
+        in order of death, oldest first: by the time each was dead-lettered, not the time it
+        was enqueued, which is the order an operator handles failures in. A message dies at
+        the ``release`` after its last delivery, or at the ``claim`` that finds its last lease
+        expired; a requeued message that dies again counts from its new death. A dead message
+        is no longer live: its dedup key is free. ``attempts`` is the number of deliveries it
+        had; ``reason`` is a non-empty explanation."""
 
     @abstractmethod
     async def requeue(self, queue: str, message_id: str) -> None:
@@ -924,6 +964,13 @@ class Stream(ABC):
         A negative ``start`` counts back from the next index when the read begins (-1 is the
         last chunk), clamped at 0. A reader may start before the stream exists. A reader that
         lost its connection resumes with ``start`` = last index seen + 1 and misses nothing.
+
+        Raises:
+            InvalidIdentifierError, InvalidArgumentError: see :func:`validate_stream_read`;
+                raised by the call itself, before the iterator is returned (a plain ``def``
+                returning an async generator, not an ``async def`` generator).
+            ClosedError: by the call, when the World is closed; by the iterator, at its next
+                step, once the World closes (also while it waits).
         """
 
     @abstractmethod
@@ -967,8 +1014,15 @@ class World(ABC):
 
     @abstractmethod
     async def aclose(self) -> None:
-        """Release connections and background tasks. Idempotent. Afterwards every method of
-        ``log``, ``queue`` and ``stream`` raises ClosedError and writes nothing."""
+        """Release connections and background tasks. Idempotent.
+
+        Afterwards every method of ``log``, ``queue`` and ``stream``, and ``purge``, raises
+        ClosedError and writes nothing, once its arguments passed their checks (a call with
+        arguments it refuses raises that refusal, as on an open World: see the module
+        docstring); ``watch`` and ``read`` raise it when called. Waits in progress (a
+        ``watch`` or ``read`` iterator, a ``claim(wait=...)``) end with ClosedError, not a
+        transient fault to retry. ``name``, ``namespace``, ``capabilities`` and ``settings()``
+        still answer."""
 
     async def __aenter__(self) -> Self:
         return self

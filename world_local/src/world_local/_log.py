@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 from world_core.errors import (
+    ClosedError,
     ConflictError,
     DuplicateKeyError,
 )
@@ -180,7 +181,11 @@ class LocalLog(Log):
         return await self._space.run(lambda: file.reading(lambda _: file.info()))
 
     def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        validate_read(log_id, after=after)  # here, so that a bad call fails before iterating
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
+        validate_read(log_id, after=after)
+        if self._space.closed:
+            raise ClosedError("this local World was closed; open a new one")
         return self._watch(log_id, after)
 
     async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:

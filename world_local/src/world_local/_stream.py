@@ -107,7 +107,11 @@ class LocalStream(Stream):
         return await self._space.run(lambda: file.reading(lambda _: file.info()))
 
     def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        validate_stream_read(stream_id, start=start)  # so that a bad call fails before iterating
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
+        validate_stream_read(stream_id, start=start)
+        if self._space.closed:
+            raise ClosedError("this local World was closed; open a new one")
         return self._read(stream_id, start)
 
     async def _read(self, stream_id: str, start: int) -> AsyncIterator[Chunk]:

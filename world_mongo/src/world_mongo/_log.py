@@ -207,8 +207,14 @@ class MongoLog(Log):
             return None
         return LogInfo(log_id=log_id, tail=head["n"], status=head.get("status"))
 
-    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
         validate_read(log_id, after=after)
+        self._world.check_open()
+        return self._watch(log_id, after)
+
+    async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
         world = self._world
         backoff = world.new_backoff()
         position = after

@@ -121,8 +121,14 @@ class MongoStream(Stream):
             stream_id=stream_id, next_index=head["n"], closed=bool(head.get("closed"))
         )
 
-    async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
         validate_stream_read(stream_id, start=start)
+        self._world.check_open()
+        return self._follow(stream_id, start)
+
+    async def _follow(self, stream_id: str, start: int) -> AsyncIterator[Chunk]:
         world = self._world
         backoff = world.new_backoff()
         with world.notifier.subscribe("stream", stream_id) as sub:

@@ -304,6 +304,11 @@ class Database:
         self.connect_timeout = connect_timeout
         self._pool = _Pool(self.connect, pool_size)
 
+    def check_open(self, what: str) -> None:
+        """Raise ClosedError once the World was closed (``run`` does it for every call)."""
+        if self._pool.closed:
+            raise ClosedError(f"{what}: this World is closed; open a new one")
+
     def sql(self, text: str) -> str:
         """``text`` with its placeholders filled: the schema (``@s@``, and ``@s_literal@`` as a
         string), the NOTIFY channel and the advisory-lock classes. These, all derived from the

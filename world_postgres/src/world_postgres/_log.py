@@ -197,8 +197,14 @@ class PostgresLog(Log):
 
         return await self._db.run("info", op)
 
-    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
         validate_read(log_id, after=after)
+        self._db.check_open("watch")
+        return self._watch(log_id, after)
+
+    async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
         wake_tag = tag("l", log_id)
         with self._listener.subscribe(wake_tag) as event:
             waiter = Waiter(self._listener, wake_tag, event)

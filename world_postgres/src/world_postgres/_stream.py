@@ -104,8 +104,14 @@ class PostgresStream(Stream):
 
         return await self._db.run("info", op)
 
-    async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
         validate_stream_read(stream_id, start=start)
+        self._db.check_open("read")
+        return self._follow(stream_id, start)
+
+    async def _follow(self, stream_id: str, start: int) -> AsyncIterator[Chunk]:
         wake_tag = tag("s", stream_id)
         with self._listener.subscribe(wake_tag) as event:
             waiter = Waiter(self._listener, wake_tag, event)

@@ -245,6 +245,11 @@ class Connection:
             raise ClosedError("this RedisWorld is closed; open a new one")
         return self._blocking
 
+    def check_open(self) -> None:
+        """Raise ClosedError once ``aclose`` began."""
+        if self._closed:
+            raise ClosedError("this RedisWorld is closed; open a new one")
+
     async def command(self, *args: Arg) -> Any:
         """One command on the main client (routed by key in a cluster)."""
         client: Any = self.main  # redis-py's single-node execute_command is untyped

@@ -28,7 +28,7 @@ from world_core.spi import (
 from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Arg, Connection, translate
 from world_redis._keys import Keys
-from world_redis._queue import micros, nonce
+from world_redis._queue import micros, nonce, wait_on
 
 __all__ = ["RedisLog"]
 
@@ -175,16 +175,23 @@ class RedisLog(Log):
             status=status.decode("utf-8") if status is not None else None,
         )
 
-    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
         validate_read(log_id, after=after)
+        self._conn.check_open()
+        return self._watch(log_id, after)
+
+    async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
         x = self._keys.log(log_id)[0]
         last = f"{after}-0".encode()
         block_ms = int(BLOCK_SECONDS * 1000)
         while True:
-            with translate("log watch"):
-                reply = await self._conn.block(
-                    "XREAD", "COUNT", _WATCH_COUNT, "BLOCK", block_ms, "STREAMS", x, last
-                )
+            reply = await wait_on(
+                self._conn,
+                "log watch",
+                *("XREAD", "COUNT", _WATCH_COUNT, "BLOCK", block_ms, "STREAMS", x, last),
+            )
             for entry_id, fields in _xread_entries(reply):
                 last = entry_id
                 yield _event(entry_id, fields)

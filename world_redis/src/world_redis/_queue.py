@@ -6,7 +6,7 @@ import secrets
 import time
 from typing import Any
 
-from world_core.errors import LeaseLostError, NotFoundError
+from world_core.errors import BackendUnavailableError, LeaseLostError, NotFoundError
 from world_core.spi import (
     DEFAULT_MAX_ATTEMPTS,
     DeadLetter,
@@ -21,10 +21,10 @@ from world_core.spi import (
     validate_renew,
 )
 from world_redis import _scripts as S
-from world_redis._conn import BLOCK_SECONDS, Connection, translate
+from world_redis._conn import BLOCK_SECONDS, Arg, Connection, translate
 from world_redis._keys import Keys
 
-__all__ = ["RedisQueue", "micros", "nonce"]
+__all__ = ["RedisQueue", "micros", "nonce", "wait_on"]
 
 # About 31 years: longer delays and leases are "never" in practice, and stay exact integers
 # in Lua's doubles and Redis' 64-bit replies.
@@ -39,6 +39,17 @@ def micros(seconds: float) -> int:
 def nonce() -> str:
     """Random suffix of a message id: ids are unique across queues, not only within one."""
     return secrets.token_hex(6)
+
+
+async def wait_on(conn: Connection, what: str, *args: Arg) -> Any:
+    """One blocking wait (XREAD BLOCK, BLPOP). A wait cut short because the World was closed
+    raises ClosedError, not the connection fault that closing its client caused."""
+    try:
+        with translate(what):
+            return await conn.block(*args)
+    except BackendUnavailableError:
+        conn.check_open()
+        raise
 
 
 def _lost(lease: Lease, what: str) -> LeaseLostError:
@@ -122,8 +133,7 @@ class RedisQueue(Queue):
             if next_due is not None:
                 timeout = min(timeout, next_due)
             if timeout > 0:
-                with translate("claim wait"):
-                    await self._conn.block("BLPOP", signal, max(timeout, 0.001))
+                await wait_on(self._conn, "claim wait", "BLPOP", signal, max(timeout, 0.001))
             leases, next_due = await self._claim_once(queue, lease, limit)
             if leases:
                 return leases

@@ -18,6 +18,7 @@ from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Connection, translate
 from world_redis._keys import Keys
 from world_redis._log import _xread_entries
+from world_redis._queue import wait_on
 
 __all__ = ["RedisStream"]
 
@@ -64,8 +65,14 @@ class RedisStream(Stream):
             stream_id=stream_id, next_index=int(n) if n is not None else 0, closed=bool(closed)
         )
 
-    async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
         validate_stream_read(stream_id, start=start)
+        self._conn.check_open()
+        return self._follow(stream_id, start)
+
+    async def _follow(self, stream_id: str, start: int) -> AsyncIterator[Chunk]:
         state = await self.info(stream_id)
         if start < 0:
             start = max(0, state.next_index + start)
@@ -77,10 +84,11 @@ class RedisStream(Stream):
         last = f"{min(start, state.next_index)}-0".encode()
         block_ms = int(BLOCK_SECONDS * 1000)
         while True:
-            with translate("stream read"):
-                reply = await self._conn.block(
-                    "XREAD", "COUNT", _READ_COUNT, "BLOCK", block_ms, "STREAMS", x, last
-                )
+            reply = await wait_on(
+                self._conn,
+                "stream read",
+                *("XREAD", "COUNT", _READ_COUNT, "BLOCK", block_ms, "STREAMS", x, last),
+            )
             for entry_id, fields in _xread_entries(reply):
                 if b"c" in fields:
                     return

@@ -262,6 +262,11 @@ class Database:
                 self._changes.notify()
             return result
 
+    def check_open(self) -> None:
+        """Raise ClosedError once the World was closed."""
+        if self._driver is None:
+            raise ClosedError("this Turso World is closed; open a new one")
+
     def _call(self, fn: Callable[[Conn], T], tx: Tx) -> T:
         driver = self._driver
         if driver is None:

@@ -182,7 +182,11 @@ class TursoLog(Log):
         return await self._db.run(run, tx=Tx.NONE)
 
     def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
-        return self._watch(log_id, validate_read(log_id, after=after))
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
+        after = validate_read(log_id, after=after)
+        self._db.check_open()
+        return self._watch(log_id, after)
 
     async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
         db = self._db

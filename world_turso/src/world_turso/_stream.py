@@ -97,7 +97,11 @@ class TursoStream(Stream):
         return StreamInfo(stream_id=stream_id, next_index=next_index, closed=closed)
 
     def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        return self._read(stream_id, validate_stream_read(stream_id, start=start))
+        # Checked here, not in the generator (its body runs only at the first step), so that
+        # a bad call fails at once, where it was made.
+        start = validate_stream_read(stream_id, start=start)
+        self._db.check_open()
+        return self._read(stream_id, start)
 
     def _batch(self, conn: Conn, stream_id: str, start: int) -> tuple[list[Chunk], int, bool]:
         # One read transaction: the chunks and the closed flag come from the same snapshot,

@@ -120,10 +120,13 @@ class _Part:
     def __init__(self, world: MemoryWorld) -> None:
         self._world = world
 
-    @property
-    def _store(self) -> _Store:
+    def _check_open(self) -> None:
         if self._world.closed:
             raise ClosedError("this World was closed (aclose); open a new one")
+
+    @property
+    def _store(self) -> _Store:
+        self._check_open()
         return self._world.store
 
 
@@ -188,8 +191,14 @@ class MemoryLog(_Part, Log):
             return None
         return LogInfo(log_id=log_id, tail=len(store.logs[log_id]), status=store.status[log_id])
 
-    async def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+    def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        # A plain method that checks, then returns the generator: the body of an async
+        # generator runs only at its first step, and a bad call must fail where it was made.
         seen = validate_read(log_id, after=after)
+        self._check_open()
+        return self._watch(log_id, seen)
+
+    async def _watch(self, log_id: str, seen: int) -> AsyncIterator[Event]:
         while True:
             store = self._store
             for event in store.logs.get(log_id, [])[seen:]:
@@ -399,8 +408,13 @@ class MemoryStream(_Part, Stream):
             closed=stream_id in store.closed_streams,
         )
 
-    async def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        # Checked here, not in the generator (see MemoryLog.watch).
         index = validate_stream_read(stream_id, start=start)
+        self._check_open()
+        return self._follow(stream_id, index)
+
+    async def _follow(self, stream_id: str, index: int) -> AsyncIterator[Chunk]:
         if index < 0:
             index = max(0, len(self._store.streams.get(stream_id, [])) + index)
         while True:
