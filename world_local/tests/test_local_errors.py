@@ -63,6 +63,7 @@ async def test_an_open_world_names_its_setting_too(tmp_path: Path) -> None:
     """A folder replaced by a file under a running World: the same message, not a retry."""
     world = await connect(url=f"file://{tmp_path}", namespace="replaced")
     try:
+        await world.log.append("l", [NewEvent(data=b"x")])  # the folders exist from here
         shutil.rmtree(tmp_path / "replaced" / "logs")
         (tmp_path / "replaced" / "logs").write_text("")
         with pytest.raises(ConfigurationError) as caught:

@@ -58,6 +58,8 @@ async def test_url_forms_and_the_default_folder(
 ) -> None:
     async with await connect(url=f"file://{tmp_path}/a%20b") as world:
         assert world.settings()["WORKFLOW_LOCAL_DIR"] == str(tmp_path / "a b")
+        assert not (tmp_path / "a b").exists(), "opening made the folder"
+        await world.stream.close("s")
         assert (tmp_path / "a b" / "default" / "logs").is_dir()
     monkeypatch.setenv("WORKFLOW_LOCAL_DIR", str(tmp_path / "env"))
     async with open_world("local", namespace="ns1") as world:
@@ -332,8 +334,8 @@ async def test_followers_refuse_bad_arguments_when_called(world: LocalWorld) -> 
 
 async def test_connect_removes_temporaries_of_dead_writers_only(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    async with await connect(url=str(root), namespace="t"):
-        pass
+    async with await connect(url=str(root), namespace="t") as world:
+        await world.queue.enqueue("q", b"m")  # makes the folders
     dead = root / "t" / "queues" / ".tmp-dead"
     alive = root / "t" / "queues" / ".tmp-alive"
     dead.write_bytes(b"half a compaction")

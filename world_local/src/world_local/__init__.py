@@ -8,9 +8,12 @@ Several processes on one machine may share the folder. See README.md for the des
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -18,17 +21,15 @@ import anyio.to_thread
 
 from world_core.errors import ConfigurationError
 from world_core.spi import Capabilities, World, validate_namespace
-from world_local import _outbox as outbox
-from world_local._files import fsync_dir, sweep_temps
+from world_local._files import sweep_temps
 from world_local._log import LocalLog
 from world_local._queue import LocalQueue
-from world_local._space import ENV_DIR, Space, translate
+from world_local._space import ENV_DIR, KINDS, Space, translate
 from world_local._stream import LocalStream
 
 __all__ = ["DEFAULT_DIR", "ENV_DIR", "LocalWorld", "connect"]
 
 DEFAULT_DIR = ".workflow-data"
-_KINDS = ("logs", "queues", "streams", outbox.FOLDER)
 
 
 class LocalWorld(World):
@@ -56,9 +57,10 @@ class LocalWorld(World):
 
     async def purge(self) -> None:
         def work() -> None:
-            for kind in _KINDS:
-                shutil.rmtree(self._space.folder / kind, ignore_errors=True)
-                (self._space.folder / kind).mkdir()
+            if self._space.folder.is_dir():  # else nothing was ever stored: nothing to make
+                for kind in KINDS:
+                    shutil.rmtree(self._space.folder / kind, ignore_errors=True)
+                    (self._space.folder / kind).mkdir()
             self._space.forget()
 
         await self._space.run(work)
@@ -86,8 +88,13 @@ def _folder(url: str | None) -> tuple[Path, str]:
 
 async def connect(*, url: str | None = None, namespace: str = "default") -> LocalWorld:
     """Open the local World in folder ``url`` (a path or ``file://`` URL; default
-    ``$WORKFLOW_LOCAL_DIR``, else ``.workflow-data`` in the current directory). The folder and
-    its parents are created if missing.
+    ``$WORKFLOW_LOCAL_DIR``, else ``.workflow-data`` in the current directory).
+
+    Opening creates nothing: the folder, its parents and the namespace's folders are created
+    by the first call that stores something (an append, an enqueue, a stream write or close).
+    Until then reads answer as for an empty namespace. Opening only looks: a folder that could
+    never be created is refused now rather than at the first write, and the temporary files
+    that killed writers left in existing folders are removed.
 
     Raises:
         ConfigurationError: ``url`` is not a local folder, or the folder cannot be used: a file
@@ -98,13 +105,35 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Loca
     validate_namespace(namespace)
     folder, setting = _folder(url)
 
-    def prepare() -> None:
-        for kind in _KINDS:
-            (folder / namespace / kind).mkdir(parents=True, exist_ok=True)
-            sweep_temps(folder / namespace / kind)
-        fsync_dir(folder / namespace)  # the folders hold acknowledged files from now on
-        fsync_dir(folder)
+    def look() -> None:
+        _check_usable(folder / namespace)
+        for kind in KINDS:
+            with suppress(FileNotFoundError):  # made by the first write
+                sweep_temps(folder / namespace / kind)
 
     with translate(folder, setting):
-        await anyio.to_thread.run_sync(prepare)
+        await anyio.to_thread.run_sync(look)
     return LocalWorld(folder, namespace, setting)
+
+
+def _check_usable(path: Path) -> None:
+    """Raise the OSError that creating ``path`` (with its parents) and writing in it would
+    meet, creating nothing: a file in the way, or a closest existing folder this user cannot
+    write (no permission, a read-only file system)."""
+    existing = path
+    while True:
+        try:
+            mode = existing.stat().st_mode
+            break
+        except FileNotFoundError:
+            existing = existing.parent  # the root always exists
+    if not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+    if existing != path and not os.access(existing, os.W_OK | os.X_OK):
+        # To be created in ``existing`` by the first write, which could not.
+        code = errno.EROFS if _read_only(existing) else errno.EACCES
+        raise OSError(code, os.strerror(code), str(existing))
+
+
+def _read_only(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)

@@ -134,7 +134,7 @@ class LocalLog(Log):
             queues += outbox.finish(space, file, fd)
             return file.tail, queues
 
-        tail, queues = await space.run(lambda: file.writing(work))
+        tail, queues = await space.run(lambda: file.writing(work), creates=True)
         self._changed(log_id, queues)
         return tail
 
@@ -215,7 +215,10 @@ class LocalLog(Log):
         folder = self._space.folder / LogFile.kind
 
         def work() -> Page[LogInfo]:
-            names = [n for n in os.listdir(folder) if not n.startswith(".")]
+            try:
+                names = [n for n in os.listdir(folder) if not n.startswith(".")]
+            except FileNotFoundError:  # nothing stored in this namespace yet
+                return Page(items=[])
             ids = sorted(
                 ident
                 for ident in (self._space.ident_of(LogFile, folder / name) for name in names)

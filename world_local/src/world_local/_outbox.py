@@ -120,7 +120,11 @@ def pending_logs(space: Space) -> list[str]:
     """The ids of the logs with an intent outstanding (normally none)."""
     folder = space.folder / FOLDER
     found: list[str] = []
-    for name in os.listdir(folder):
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:  # nothing stored in this namespace yet
+        return found
+    for name in names:
         if name.startswith("."):
             continue
         try:

@@ -206,13 +206,13 @@ class LocalQueue(Queue):
         self, queue: str, work: Callable[[QueueFile, int], R], *, create: bool = True
     ) -> R | None:
         """Run ``work`` under the queue's lock; None without running it when the queue file is
-        missing and not ``create``."""
+        missing and not ``create`` (``create`` makes the namespace's folders first if needed)."""
         file = self._space.file(QueueFile, queue)
 
         def locked(fd: int | None) -> R | None:
             return None if fd is None else work(file, fd)
 
-        result = await self._space.run(lambda: file.writing(locked, create=create))
+        result = await self._space.run(lambda: file.writing(locked, create=create), creates=create)
         self._space.changed(QueueFile.kind, queue)
         return result
 

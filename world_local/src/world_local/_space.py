@@ -10,6 +10,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,11 +24,12 @@ from world_core.errors import (
     ConfigurationError,
     WorldError,
 )
-from world_local._files import DamagedStoreError, FoldedFile, read_frame
+from world_local._files import DamagedStoreError, FoldedFile, fsync_dir, read_frame
 
 __all__ = [
     "CACHED_FILES",
     "ENV_DIR",
+    "KINDS",
     "POLL_MAX",
     "POLL_MIN",
     "Space",
@@ -40,6 +42,9 @@ R = TypeVar("R")
 F = TypeVar("F", bound=FoldedFile)
 
 ENV_DIR = "WORKFLOW_LOCAL_DIR"
+
+KINDS = ("logs", "queues", "streams", "outbox")
+"""The folders of a namespace: one file per log, queue, stream, and outbox intents."""
 
 CACHED_FILES = 4096
 """Folded files kept in memory per namespace; the least recently used go beyond that."""
@@ -58,13 +63,19 @@ def file_name(ident: str) -> str:
 
 class Space:
     """One namespace folder: ``logs/``, ``queues/``, ``streams/`` (one file per object) and
-    ``outbox/``; the folded files this process keeps, its worker threads and its wake-ups."""
+    ``outbox/``; the folded files this process keeps, its worker threads and its wake-ups.
+
+    The folders are made by the first call that stores something (:meth:`run` with
+    ``creates``), not when the World opens: until then every read finds no file and answers
+    as for an empty namespace, and calls that store nothing leave the disk as it was.
+    """
 
     def __init__(self, folder: Path, setting: str = ENV_DIR) -> None:
         self.folder = folder
         self.setting = setting
         """Where the folder came from, for messages: ``WORKFLOW_LOCAL_DIR`` or ``url=``."""
         self.closed = False
+        self._made = False  # the folders exist: made (or found) by this process's first write
         self._files: OrderedDict[tuple[str, str], FoldedFile] = OrderedDict()
         self._files_mutex = threading.Lock()
         self._names: dict[tuple[str, str], str] = {}
@@ -112,12 +123,30 @@ class Space:
         with self._files_mutex:
             self._files.clear()
 
-    async def run(self, fn: Callable[[], R]) -> R:
-        """Run blocking file work in a worker thread, with OS errors translated."""
+    def make_folders(self) -> None:
+        """Create the namespace's folders (and their parents) if missing; blocking. Safe in any
+        number of threads and processes at once: ``mkdir`` of an existing folder is a no-op."""
+        for kind in KINDS:
+            (self.folder / kind).mkdir(parents=True, exist_ok=True)
+        fsync_dir(self.folder)  # the folders hold acknowledged files from now on
+        fsync_dir(self.folder.parent)
+        self._made = True
+
+    async def run(self, fn: Callable[[], R], *, creates: bool = False) -> R:
+        """Run blocking file work in a worker thread, with OS errors translated.
+
+        ``creates``: ``fn`` may create a file, so the folders are made first (once per
+        process; afterwards this costs one flag test).
+        """
         if self.closed:
             raise ClosedError("this local World was closed; open a new one")
+        work = partial(self._in_folders, fn) if creates and not self._made else fn
         with translate(self.folder, self.setting):
-            return await anyio.to_thread.run_sync(fn)
+            return await anyio.to_thread.run_sync(work)
+
+    def _in_folders(self, fn: Callable[[], R]) -> R:
+        self.make_folders()
+        return fn()
 
     # Wake-ups: writers of this process set an Event per object; other processes are noticed
     # by polling with backoff (POLL_MIN doubling to POLL_MAX).

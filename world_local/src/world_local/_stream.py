@@ -85,7 +85,7 @@ class LocalStream(Stream):
             file.commit(fd, frame)
             return len(file.chunks)
 
-        next_index = await self._space.run(lambda: file.writing(work))
+        next_index = await self._space.run(lambda: file.writing(work), creates=True)
         self._space.changed(StreamFile.kind, stream_id)
         return next_index
 
@@ -98,7 +98,7 @@ class LocalStream(Stream):
             if not file.closed:
                 file.commit(fd, encode_frame({"closed": True}))
 
-        await self._space.run(lambda: file.writing(work))
+        await self._space.run(lambda: file.writing(work), creates=True)
         self._space.changed(StreamFile.kind, stream_id)
 
     async def info(self, stream_id: str) -> StreamInfo:
