@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 from world_core import BackendUnavailableError, ClosedError, LeaseLostError
 from world_redis import RedisWorld, connect
 from world_redis._pipe import MAX_MERGED, Pipe, encode_command
+from world_redis._scripts import Script
 
 pytestmark = pytest.mark.anyio
 
@@ -192,6 +193,33 @@ async def test_many_calls_after_script_flush_share_one_load(rworld: RedisWorld) 
     # The first alone and the other nine merged (both NOSCRIPT), one SCRIPT LOAD shared by all
     # ten, then the ten again as one merged call.
     assert pipe.commands - commands == 4
+    assert len(set(ids)) == 10
+    leases = await queue.claim("q", "w", lease=60, limit=20)
+    assert sorted(lease.message_id for lease in leases) == sorted(ids)
+
+
+async def test_a_script_flushed_between_its_load_and_the_retry_still_runs_each_call_once(
+    rworld: RedisWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOSCRIPT, one shared SCRIPT LOAD, and the script is gone again before the calls are
+    sent again (as when the server restarts in between): every call still runs, once."""
+    pipe, queue = _pipe(rworld), rworld.queue
+    await _warm(rworld)
+    await pipe.call(_command("SCRIPT", "FLUSH"))
+    load = rworld._conn._load
+    flushed = False
+
+    async def load_then_flush(loaded_on: Pipe, script: Script) -> None:
+        nonlocal flushed
+        await load(loaded_on, script)
+        if not flushed:  # the first caller back from the load: its retry finds no script
+            flushed = True
+            await loaded_on.call(_command("SCRIPT", "FLUSH"))
+
+    monkeypatch.setattr(rworld._conn, "_load", load_then_flush)
+    with anyio.fail_after(WAIT):
+        ids = await asyncio.gather(*(queue.enqueue("q", b"%d" % i) for i in range(10)))
+    assert flushed
     assert len(set(ids)) == 10
     leases = await queue.claim("q", "w", lease=60, limit=20)
     assert sorted(lease.message_id for lease in leases) == sorted(ids)

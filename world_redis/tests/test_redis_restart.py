@@ -12,6 +12,8 @@ import pytest
 
 from world_core import BackendUnavailableError, DuplicateKeyError, NewEvent
 from world_redis import RedisWorld, connect
+from world_redis._pipe import Pipe
+from world_redis._scripts import Script
 
 pytestmark = pytest.mark.anyio
 
@@ -230,6 +232,46 @@ async def test_concurrent_queue_traffic_across_a_restart_loses_nothing_acknowled
         assert len(enqueued) == 160
         assert came_back == [], "a message came back after its ack was acknowledged"
         assert {lease.payload for lease in leftover} <= maybe_acked | retried
+    finally:
+        await world.purge()
+        await world.aclose()
+
+
+async def test_a_restart_between_a_script_load_and_the_retry_loses_no_call(
+    durable_server: RestartableServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window that once failed the test above: a merged call (enqueue, ack) is answered
+    NOSCRIPT, the server answers its SCRIPT LOAD, and is then killed and restarted (its
+    scripts gone) before the call is sent again. The call runs, once; it does not fail with
+    NOSCRIPT. The restart is made at that point by wrapping the connection's load."""
+    world = await _open(durable_server)
+    conn = world._conn
+    load = conn._load
+    restarts = 0
+
+    async def load_then_restart(pipe: Pipe, script: Script) -> None:
+        nonlocal restarts
+        await load(pipe, script)
+        if restarts == 2:  # enqueue's, then ack's: the server is fresh, each loads once
+            return
+        restarts += 1
+        durable_server.kill()
+        # As in the test above: a call made while the server is down drops the pipe's
+        # connection, so the retry goes out on a new connection, to the restarted server.
+        with pytest.raises(BackendUnavailableError):
+            await world.queue.enqueue("probe", b"x")
+        durable_server.start()
+
+    monkeypatch.setattr(conn, "_load", load_then_restart)
+    try:
+        with anyio.fail_after(WAIT):
+            message_id = await world.queue.enqueue("jobs", b"m", dedup_key="d")
+            (lease,) = await world.queue.claim("jobs", "w", lease=30, limit=10)
+            assert lease.message_id == message_id
+            await world.queue.ack(lease)
+        assert restarts == 2
+        assert await world.queue.claim("jobs", "w", lease=30, limit=10) == []
+        assert await world.queue.enqueue("jobs", b"m", dedup_key="d") != message_id
     finally:
         await world.purge()
         await world.aclose()

@@ -305,7 +305,20 @@ class Connection:
                 return await pipe.call_merged(merge_key, encode, item)
             except rexc.NoScriptError:
                 await self._load(pipe, script)
+            try:
                 return await pipe.call_merged(merge_key, encode, item)
+            except rexc.NoScriptError:
+                # The server lost the script again between the load and this retry: the
+                # load (ours, or one shared with other callers) was answered by a server that
+                # was restarted, flushed or failed over before the retry reached it. Nothing
+                # orders the two: in a CI run the old server answered an ack's SCRIPT LOAD
+                # just before it was killed, and the ack's retry went out on a new connection
+                # to the restarted server, which had no scripts. NOSCRIPT means the script
+                # did not run, so it is sent once more with its source (EVAL), which no
+                # server answers with NOSCRIPT: one last attempt, not a loop.
+                return await pipe.call_merged(
+                    (merge_key, "eval"), self._encoder(script, merge_key, sha=False), item
+                )
         except rexc.AskError:  # MOVED too: the script did not run
             return (await self._run_routed(script, keys, item))[0]
         except (rexc.ConnectionError, rexc.TimeoutError, OSError):
@@ -354,9 +367,13 @@ class Connection:
             loading.add_done_callback(done)
         await asyncio.shield(loading)
 
-    def _encoder(self, script: Script, merge_key: tuple[str, tuple[str, ...]]) -> Encode:
+    def _encoder(
+        self, script: Script, merge_key: tuple[str, tuple[str, ...]], *, sha: bool = True
+    ) -> Encode:
+        """The encoder of merged calls: EVALSHA (cached per key), or EVAL (the rare last
+        attempt after NOSCRIPT twice, not cached)."""
         keys = merge_key[1]
-        head = self._head(script, sha=True) + self._key_head(keys)
+        head = self._head(script, sha=sha) + self._key_head(keys)
         count = 3 + len(keys)
 
         def encode(items: list[Sequence[Arg]]) -> bytes:
@@ -364,9 +381,10 @@ class Connection:
                 return encode_command(head, count, items[0])
             return encode_command(head, count, [arg for one in items for arg in one])
 
-        if len(self._encoders) >= _KEY_CACHE_SIZE:
-            self._encoders.clear()
-        self._encoders[merge_key] = encode
+        if sha:
+            if len(self._encoders) >= _KEY_CACHE_SIZE:
+                self._encoders.clear()
+            self._encoders[merge_key] = encode
         return encode
 
     def _head(self, script: Script, *, sha: bool) -> bytes:
