@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from world_conformance.journal_order import JournalOrderContract
     from world_conformance.journal_resilience import JournalResilienceContract
     from world_conformance.journal_waits import (
+        JournalChildContract,
         JournalSignalContract,
         JournalTimerContract,
         JournalVersioningContract,
@@ -54,6 +55,7 @@ __all__ = [
     "PAYLOADS",
     "ContractBase",
     "IsolationContract",
+    "JournalChildContract",
     "JournalContract",
     "JournalOrderContract",
     "JournalResilienceContract",
@@ -81,6 +83,7 @@ _HOME = {
     "PAYLOADS": "_payload",
     "ContractBase": "_base",
     "IsolationContract": "_isolation",
+    "JournalChildContract": "journal_waits",
     "JournalContract": "journal",
     "JournalOrderContract": "journal_order",
     "JournalResilienceContract": "journal_resilience",

@@ -16,6 +16,7 @@ from world_conformance.journal import JournalContract
 from world_conformance.journal_order import JournalOrderContract
 from world_conformance.journal_resilience import JournalResilienceContract
 from world_conformance.journal_waits import (
+    JournalChildContract,
     JournalSignalContract,
     JournalTimerContract,
     JournalVersioningContract,
@@ -42,6 +43,7 @@ class WorldContract(
     JournalTimerContract,
     JournalSignalContract,
     JournalVersioningContract,
+    JournalChildContract,
 ):
     """Every contract of the World SPI; a backend's test class derives from it and sets
     ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override,

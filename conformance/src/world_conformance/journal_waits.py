@@ -33,9 +33,19 @@ from world_core import (
     session_log_id,
     tool,
 )
-from world_core.errors import InvalidArgumentError, NonDeterminismError, NotFoundError
+from world_core.errors import (
+    InvalidArgumentError,
+    ModelReplyError,
+    NonDeterminismError,
+    NotFoundError,
+)
 
-__all__ = ["JournalSignalContract", "JournalTimerContract", "JournalVersioningContract"]
+__all__ = [
+    "JournalChildContract",
+    "JournalSignalContract",
+    "JournalTimerContract",
+    "JournalVersioningContract",
+]
 
 QUEUE = "q"
 LEASE = 1.0
@@ -475,3 +485,86 @@ class JournalVersioningContract(ContractBase):
         replay = await Journal.open(world, "s", turn)
         with pytest.raises(NonDeterminismError, match="price-recheck"):
             await _Priced(new_code=False, suspend=False).run_turn(replay)
+
+
+class _FanOut(Agent):
+    """The parent starts ``children`` lookups as child runs and waits for each; a child (its
+    message ``lookup <n>``) replies ``value <n*n>``, or fails for ``lookup 13``."""
+
+    def __init__(self, children: int) -> None:
+        super().__init__(model=ScriptedModel(_echo))
+        self.children = children
+        self.child_runs: list[str] = []
+
+    async def run_turn(self, journal: Journal) -> str:
+        message = journal.user_message
+        if journal.parent is not None:
+            self.child_runs.append(message)
+            n = int(message.removeprefix("lookup "))
+            if n == 13:
+                raise ModelReplyError("an unusable reply for 13", raw="?")  # fails the child
+            return await journal.finish(f"value {n * n}")
+        started = [await journal.start_child(f"lookup {n}") for n in range(self.children)]
+        results = [await journal.wait_child(child, timeout=WAIT * 4) for child in started]
+        parts = []
+        for result in results:
+            if result is None:
+                parts.append("timeout")
+            elif result.reply is not None:
+                parts.append(result.reply.removeprefix("value "))
+            else:
+                parts.append(f"failed ({(result.failure or {}).get('error_type')})")
+        return await journal.finish(",".join(parts))
+
+
+class JournalChildContract(ContractBase):
+    """Child runs: a turn fans out to runs of their own and waits without holding a worker."""
+
+    contract_area: ClassVar[str] = "history"
+
+    async def test_history_child_runs_fan_out_and_report_back_once(self, world: World) -> None:
+        """A turn starts 30 child runs (each a session of its own) and waits for each; two
+        workers run everything, so the waiting parent must not hold one. Every child runs
+        once, its reply (or, for one, its failure) reaches the parent in order, and each
+        child's start and end is recorded once."""
+        client = Client(world, queue=QUEUE)
+        agent = _FanOut(30)
+        turn = await client.submit("parent", "fan out")
+        stop = anyio.Event()
+        with anyio.fail_after(WAIT * 3):
+            async with anyio.create_task_group() as tg:
+                for n in range(2):
+                    worker = Worker(
+                        world, agent, queue=QUEUE, lease=5, name=f"w{n}", crash=None, grace=0
+                    )
+                    tg.start_soon(partial(worker.run, stop=stop, signals=False))
+                try:
+                    reply = await client.wait("parent", turn, timeout=WAIT * 3)
+                finally:
+                    stop.set()
+        expected = [str(n * n) for n in range(30)]
+        expected[13] = "failed (ModelReplyError)"
+        assert reply.split(",") == expected, reply
+        assert sorted(agent.child_runs) == sorted(f"lookup {n}" for n in range(30)), (
+            "a child ran more than once, or not at all"
+        )
+        starts = [o for o in await _events(world, "parent", "outcome") if o["kind"] == "spawn"]
+        assert len(starts) == 30
+        ends = [o for o in await _events(world, "parent", "outcome") if o["kind"] == "child"]
+        assert len(ends) == 30
+
+    @pytest.mark.parametrize("when", ["before_run", "after_run"])
+    async def test_history_a_crash_while_starting_a_child_starts_it_once(
+        self, world: World, when: Literal["before_run", "after_run"]
+    ) -> None:
+        """The parent's worker dies as it starts its first child (before, or after the child
+        was submitted and before that was recorded): the child is started once and the turn
+        ends with its result."""
+        client = Client(world, queue=QUEUE)
+        agent = _FanOut(1)
+        turn = await client.submit("parent", "fan out")
+        await _dies(_worker(world, agent, CrashPoint(0, when, in_process=True)))
+        statuses = await _until_done(world, agent, turn)
+        assert statuses[-1] == "done", statuses
+        assert await client.reply("parent", turn) == "0"
+        assert agent.child_runs == ["lookup 0"], agent.child_runs

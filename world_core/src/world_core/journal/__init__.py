@@ -42,7 +42,13 @@ from world_core.journal._tools import (
     idempotency_key,
     tool,
 )
-from world_core.journal._waits import PendingApproval, Signal, TurnSuspended, sign_signal
+from world_core.journal._waits import (
+    ChildResult,
+    PendingApproval,
+    Signal,
+    TurnSuspended,
+    sign_signal,
+)
 from world_core.journal._worker import TurnResult, Worker
 
 __all__ = [
@@ -55,6 +61,7 @@ __all__ = [
     "POSSIBLY_RAN",
     "Agent",
     "BlobRef",
+    "ChildResult",
     "Blobs",
     "Client",
     "CrashPoint",

@@ -20,6 +20,7 @@ from world_core.errors import (
 from world_core.journal._blobs import Blobs
 from world_core.journal._journal import (
     DEFAULT_BLOB_THRESHOLD,
+    DEFAULT_QUEUE,
     canonical_json,
     check_blob_threshold,
     check_turn_id,
@@ -40,8 +41,6 @@ from world_core.spi import MAX_ID_BYTES, Event, NewEvent, OutboxMessage, World, 
 
 __all__ = ["DEFAULT_QUEUE", "Client", "TurnStatus", "turn_message", "turn_queue_key"]
 
-DEFAULT_QUEUE = "turns"
-"""The queue turns are sent to and workers claim from."""
 
 TurnStatus = Literal["unknown", "queued", "running", "waiting", "done", "failed"]
 """``unknown``: never submitted; ``queued``: submitted, no step recorded yet (it may be waiting
@@ -83,7 +82,14 @@ class Client:
         self._blobs = Blobs(world.stream)
         self._blob_threshold = check_blob_threshold(blob_threshold)
 
-    async def submit(self, session_id: str, message: str, *, turn_id: str | None = None) -> str:
+    async def submit(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        turn_id: str | None = None,
+        parent: dict[str, str] | None = None,
+    ) -> str:
         """Record the user's message as a new turn and queue it; returns the turn id.
 
         Turns of one session run one at a time, in the order they were submitted; each sees
@@ -95,6 +101,9 @@ class Client:
         A message above the blob threshold is stored as a blob first.
 
         A failed turn is over: to try its message again, :meth:`resubmit` it (a new turn).
+
+        ``parent`` is set by :meth:`Journal.start_child <world_core.Journal.start_child>`: the
+        turn that waits for this one's reply or failure (``session``, ``turn``, ``queue``).
 
         Raises:
             InvalidArgumentError: ``turn_id`` was already used with a different message, a
@@ -108,6 +117,8 @@ class Client:
         stored = await stored_value(self._blobs, message, self._blob_threshold)
         body: dict[str, Any] = {"t": "input", "turn": turn, "digest": digest}
         body.update({"message": message} if "value" in stored else stored)
+        if parent is not None:
+            body["parent"] = parent
         event = NewEvent(key=f"turn/{turn}/input", data=canonical_json(body))
         dedup = turn_queue_key(session_id, turn)
         payload = turn_message(session_id, turn)

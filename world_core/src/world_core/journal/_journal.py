@@ -129,17 +129,20 @@ from world_core.journal._tools import (
 )
 from world_core.journal._waits import (
     WAIT_KINDS,
+    ChildResult,
     Signal,
     TurnSuspended,
     approval_signal,
     check_seconds,
     check_signal_name,
+    child_signal,
 )
 from world_core.spi import MAX_ID_BYTES, Event, NewEvent, World, validate_id
 
 __all__ = [
     "CLOCK_MARGIN",
     "DEFAULT_BLOB_THRESHOLD",
+    "DEFAULT_QUEUE",
     "MAX_BLOB_THRESHOLD",
     "MAX_TURN_ID_BYTES",
     "POSSIBLY_RAN",
@@ -175,8 +178,14 @@ CLOCK_MARGIN = 1.0
 """Seconds added to a recorded deadline before another worker may answer for the call: covers
 the error of each worker's estimate of the store's clock (a claim's round trip)."""
 
+DEFAULT_QUEUE = "turns"
+"""The queue turns are sent to and workers claim from."""
+
 WRITE_RETRY_SECONDS = 30.0
 """How long a journal write is retried on transient faults before the turn gives up."""
+
+CHILD_TURN = "run"
+"""The turn id of a child run in its own session."""
 
 MAX_TURN_ID_BYTES = 256
 """The longest turn id: every key of the turn (``turn/<t>/step/<n>/state/<name>``) then fits."""
@@ -417,6 +426,7 @@ class _Turn:
     failure: dict[str, Any] | None = None
     past: list[PastTurn] = field(default_factory=list)
     waiting_for: str | None = None
+    parent: dict[str, str] | None = None
     tail: int = 0
     parked: list[str] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
@@ -445,9 +455,11 @@ class Journal:
         clock: Callable[[], float] = time.time,
         lease_held: Callable[[], bool] | None = None,
         owner: str | None = None,
+        queue: str = DEFAULT_QUEUE,
     ) -> None:
         self._world = world
         self._owner = owner
+        self.queue = validate_id(queue, "queue")
         self.session_id = session_id
         self.turn_id = turn_id
         self._log_id = session_log_id(session_id)
@@ -480,6 +492,7 @@ class Journal:
         clock: Callable[[], float] | None = None,
         lease_held: Callable[[], bool] | None = None,
         owner: str | None = None,
+        queue: str = DEFAULT_QUEUE,
     ) -> Journal:
         """Load the session log (one read, plus the blobs it names) and return the journal of
         ``turn_id``.
@@ -496,6 +509,8 @@ class Journal:
             owner: who runs the turn (a worker passes its queue message's id): recorded with
                 each wait's outcome, so a wake-up for a wait someone else resumed is known
                 as stale (:attr:`resumed_by`).
+            queue: the queue the turn's messages are on (its worker's): child runs are
+                queued there unless told otherwise, and their ends wake this turn there.
 
         Raises:
             InvalidIdentifierError, InvalidArgumentError: bad ids (nothing is read).
@@ -516,6 +531,7 @@ class Journal:
             clock=clock if clock is not None else time.time,
             lease_held=lease_held,
             owner=owner,
+            queue=queue,
         )
 
     # -- what the turn is about ----------------------------------------------------------------
@@ -583,6 +599,11 @@ class Journal:
         if step.outcome is None and intent is not None and intent.get("kind") in WAIT_KINDS:
             return last
         return None
+
+    @property
+    def parent(self) -> dict[str, str] | None:
+        """For a child run: the turn that started it (``session``, ``turn``, ``queue``)."""
+        return None if self._turn.parent is None else dict(self._turn.parent)
 
     @property
     def parked_messages(self) -> list[str]:
@@ -800,6 +821,64 @@ class Journal:
         )
         found = result.get("signal")
         return None if not isinstance(found, dict) else Signal(**found)
+
+    async def start_child(self, message: str, *, queue: str | None = None) -> str:
+        """Start a child run: a turn of a session of its own (its own log) with ``message``,
+        queued on ``queue`` (default: this turn's); returns the child's session id, for
+        :meth:`wait_child`. A step: replay returns the same id and starts nothing; a crash
+        while starting it starts it once (the submission is idempotent)."""
+        if not isinstance(message, str):
+            raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")
+        target = validate_id(queue if queue is not None else self.queue, "queue")
+        spec = {"message": message, "queue": target}
+
+        async def run(step: int) -> dict[str, Any]:
+            from world_core.journal._client import Client  # the layer above the journal
+
+            seed = f"{self.session_id}\x00{self.turn_id}\x00{step}".encode("utf-8", "surrogatepass")
+            child = "child-" + hashlib.sha256(seed).hexdigest()[:40]
+            parent = {"session": self.session_id, "turn": self.turn_id, "queue": self.queue}
+            await self._retrying(
+                lambda: Client(self._world, queue=target).submit(
+                    child, message, turn_id=CHILD_TURN, parent=parent
+                )
+            )
+            return {"output": child}
+
+        result = await self._step("spawn", "child", digest_of(spec), spec, "safe", run)
+        return str(result["output"])
+
+    async def wait_child(self, child: str, *, timeout: float) -> ChildResult | None:  # noqa: ASYNC109
+        """Wait for the child run ``child`` (from :meth:`start_child`) to end; its reply or
+        failure, or None when ``timeout`` seconds passed first. The turn holds no worker
+        while it waits; the child's end wakes it."""
+        validate_id(child, "child")
+        seconds = check_seconds(timeout, "timeout")
+        result = await self._wait(
+            "child",
+            child,
+            {"child": child, "timeout": seconds},
+            lambda: self._clock() + seconds,
+            signal=child_signal(child),
+            signal_turn=self.turn_id,
+        )
+        found = result.get("signal")
+        if not isinstance(found, dict):
+            return None
+        sent = found.get("payload")
+        payload: dict[str, Any] = sent if isinstance(sent, dict) else {}
+        reply = payload.get("reply")
+        if payload.get("reply_in_child"):  # too long for the signal: read it from the child
+            from world_core.journal._client import Client
+
+            reply = await Client(self._world).reply(child, CHILD_TURN)
+        failure = payload.get("failure")
+        return ChildResult(
+            session_id=child,
+            turn_id=CHILD_TURN,
+            reply=None if reply is None else str(reply),
+            failure=failure if isinstance(failure, dict) else None,
+        )
 
     def patched(self, name: str) -> bool:
         """Whether this run takes the new branch of a code change named ``name``.
@@ -1150,6 +1229,9 @@ class Journal:
                     outcome = {"signal": found}
             if outcome is None:
                 if self._clock() < deadline:
+                    # Deferred outcomes of steps run again on the way here would be lost with
+                    # this Journal: keep them (the next run then reads instead of rerunning).
+                    await self._append([])
                     raise TurnSuspended(
                         f"turn {self.turn_id!r} step {n}: {kind} {name!r} waits until "
                         f"{deadline:.3f}",
@@ -1521,6 +1603,8 @@ async def _load(events: list[Event], turn_id: str, blobs: Blobs) -> _Turn:
         turn.state[name] = await load_value(blobs, body)
     if turn_id in session.inputs:
         turn.user_message = await _text(blobs, session.inputs[turn_id][1], "message")
+        parent = session.inputs[turn_id][1].get("parent")
+        turn.parent = parent if isinstance(parent, dict) else None
         turn.waiting_for = session.earliest_unfinished(before=turn_id)
         for other in session.in_order():
             if other == turn_id:

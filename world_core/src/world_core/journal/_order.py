@@ -36,12 +36,20 @@ instead, do not submit more turns to it (or fail them in the agent).
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from world_core.errors import ConflictError, DuplicateKeyError, WorldError
-from world_core.journal._client import turn_message, turn_queue_key
+from world_core.journal._client import Client, turn_message, turn_queue_key
 from world_core.journal._journal import canonical_json, scan_session, session_log_id
+from world_core.journal._waits import child_signal
 from world_core.spi import NewEvent, OutboxMessage, World
 
-__all__ = ["HAND_ON_TRIES", "SessionBusyError", "hand_on"]
+__all__ = ["HAND_ON_TRIES", "SessionBusyError", "hand_on", "notify_parent"]
+
+_INLINE_REPLY_CHARS = 64 * 1024
+"""A child's reply longer than this is not copied into the parent's signal: the parent reads
+it from the child's log."""
 
 HAND_ON_TRIES = 50
 """Times :func:`hand_on` reads the log again when another write slipped in before its own."""
@@ -106,3 +114,40 @@ async def _send(world: World, queue: str, session_id: str, turn: str, n: int) ->
         turn_message(session_id, turn),
         dedup_key=turn_queue_key(session_id, turn, f"/kick-{n}"),
     )
+
+
+async def notify_parent(world: World, session_id: str, turn_id: str) -> bool:
+    """After a turn ended: if it is a child run, signal its parent turn with the reply or the
+    failure (idempotent: the signal id is the child's). Returns True if it had a parent."""
+    log_id = session_log_id(session_id)
+    event = await world.log.get(log_id, f"turn/{turn_id}/input")
+    parent = None if event is None else json.loads(event.data).get("parent")
+    if not isinstance(parent, dict):
+        return False
+    client = Client(world, queue=str(parent.get("queue")))
+    payload: dict[str, Any]
+    reply = await client.reply(session_id, turn_id)
+    if reply is not None:
+        inline = len(reply) <= _INLINE_REPLY_CHARS
+        payload = {"reply": reply} if inline else {"reply": None, "reply_in_child": True}
+    else:
+        failed = await client.failure(session_id, turn_id)
+        if failed is None:
+            return True  # not ended: nothing to say yet
+        payload = {
+            "failure": {
+                "error_type": failed.error_type,
+                "error": failed.error,
+                "attempts": failed.attempts,
+                "step": failed.step,
+            }
+        }
+    await client.signal(
+        str(parent["session"]),
+        child_signal(session_id),
+        payload,
+        sender=f"child:{session_id}",
+        signal_id=f"child/{session_id}/{turn_id}",
+        turn_id=str(parent["turn"]),
+    )
+    return True

@@ -14,6 +14,12 @@ double-tapped Approve counts once, and the same id with another payload is refus
 carries its sender. A signal names the turn it is for, or none: then the first wait for its
 name in the session consumes it, whenever that wait comes. Each signal is consumed once.
 
+A child run is a turn of a session of its own (its own log) that a turn starts
+(:meth:`Journal.start_child <world_core.Journal.start_child>`) and waits for
+(``wait_child``): the child's input names its parent; whoever ends the child (its reply or
+failure) signals the parent turn ``child/<child session>``, so the parent waits like for any
+signal, holding no worker.
+
 An approval is a signal raced against a timer: before a tool declared
 ``approval="required"`` runs, the turn waits for the signal ``approval/<step>`` addressed to
 it (:meth:`Client.approve <world_core.Client.approve>` / ``reject``, ``world approve``); the
@@ -39,7 +45,9 @@ __all__ = [
     "Signal",
     "TurnSuspended",
     "SIGNAL_KEY_VARIABLE",
+    "ChildResult",
     "approval_signal",
+    "child_signal",
     "check_seconds",
     "check_signal_name",
     "check_signal_id",
@@ -51,7 +59,7 @@ __all__ = [
 MAX_SIGNAL_NAME_BYTES = 200
 """The longest signal name, in UTF-8 bytes."""
 
-WAIT_KINDS = ("timer", "signal", "approval")
+WAIT_KINDS = ("timer", "signal", "approval", "child")
 """Step kinds that suspend a turn until their deadline (or a signal)."""
 
 
@@ -76,6 +84,26 @@ class Signal:
             sender=str(body.get("sender")),
             turn_id=None if turn is None else str(turn),
         )
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """How a child run ended (:meth:`Journal.wait_child <world_core.Journal.wait_child>`): its
+    reply, or the failure that ended it (``error_type``, ``error``, ``attempts``, ``step``)."""
+
+    session_id: str
+    turn_id: str
+    reply: str | None = None
+    failure: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reply is not None
+
+
+def child_signal(child_session: str) -> str:
+    """The name of the signal a child run's end sends its parent turn."""
+    return f"child/{child_session}"
 
 
 @dataclass(frozen=True)

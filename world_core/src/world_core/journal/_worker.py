@@ -66,7 +66,7 @@ from world_core.journal._agent import Agent
 from world_core.journal._client import DEFAULT_QUEUE, turn_queue_key
 from world_core.journal._crash import CrashPoint, SimulatedCrash, crash_point_from_env
 from world_core.journal._journal import Journal, canonical_json, check_turn_id, session_log_id
-from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on
+from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on, notify_parent
 from world_core.journal._waits import TurnSuspended
 from world_core.spi import Lease, World, validate_duration, validate_id
 
@@ -354,6 +354,7 @@ class Worker:
                             clock=clock,
                             lease_held=lease_held,
                             owner=lease.message_id,
+                            queue=self.queue,
                         )
                         if lease.message_id in journal.parked_messages:
                             parked = True  # handed on before (its worker died before the ack)
@@ -534,11 +535,13 @@ class Worker:
         await self._settle(lease, ack=True)
 
     async def _hand_on(self, lease: Lease, session_id: str, turn_id: str) -> bool:
-        """The turn has ended: see that the session's next turn runs (see _order). False if
-        that could not be done now: the message was released to try again later."""
+        """The turn has ended: see that the session's next turn runs (see _order) and, for a
+        child run, tell its parent. False if that could not be done now: the message was
+        released to try again later."""
         with anyio.CancelScope(shield=True):
             try:
                 await hand_on(self.world, session_id, self.queue, after=turn_id)
+                await notify_parent(self.world, session_id, turn_id)
             except Exception as exc:
                 log.warning(
                     "turn %s/%s ended, but handing on to the next turn failed: %s; retrying",
