@@ -16,12 +16,14 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     from world_examples.demo import run_demo
 
-    status: int = anyio.run(lambda: run_demo(world=args.world, url=args.url, as_json=args.json))
+    status: int = anyio.run(
+        lambda: run_demo(world=args.world, url=args.url, as_json=args.json, which=args.which)
+    )
     return status
 
 
 def register(sub: Any) -> None:
-    """Add ``world demo``."""
+    """Add ``world demo [crashes|approval]``."""
     demo = sub.add_parser(
         "demo",
         help="crash an agent turn at every step and show that nothing is paid or sent twice",
@@ -31,9 +33,21 @@ def register(sub: Any) -> None:
             "after every step, continued each time by a fresh worker process, and prints per "
             "crash point: model calls repeated for finished steps, emails received, and whether "
             "the reply matches the clean run. Finally send_email is relabelled 'safe' to show "
-            "the duplicate it then sends. Takes about half a minute. The run has a namespace of "
-            "its own (demo_<random>, or <WORKFLOW_NAMESPACE>_demo_<random>), purged at the end."
+            "the duplicate it then sends. Takes about half a minute. 'world demo approval' runs "
+            "the same turn with send_email waiting for a person's approval, crashes it around "
+            "the wait and the send, approves from another process (world approve), and shows "
+            "each approval consumed once, one email, and a turn nobody approves sending none. "
+            "The run has a namespace of its own (demo_<random>, or "
+            "<WORKFLOW_NAMESPACE>_demo_<random>), purged at the end."
         ),
+    )
+    demo.add_argument(
+        "which",
+        nargs="?",
+        choices=("crashes", "approval"),
+        default="crashes",
+        help="crashes: the crash matrix (the default); approval: a send that waits for a "
+        "person's approval, crashed around the wait",
     )
     demo.add_argument(
         "--world", help="World to run on (default: WORKFLOW_TARGET_WORLD, else local)"

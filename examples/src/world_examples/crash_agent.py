@@ -2,14 +2,19 @@
 
 The agent of the reference exercise. A scripted, deterministic model drives it: it looks up
 the note, emails it, and, when told the email "may or may not have happened", checks the
-inbox (``check_sent``) before sending again. ``send_email`` speaks SMTP to a real inbox.
+inbox (``check_sent``) before sending again; when the send was refused (nobody approved it)
+it says so. ``send_email`` speaks SMTP to a real inbox. :func:`build_approval_agent` is the
+same agent with ``send_email`` waiting for a person's approval (``world demo approval``).
 
 Configured by environment (the demo sets it for each worker process):
 
-``WORLD_DEMO_SMTP``         ``host:port`` of the SMTP inbox
-``WORLD_DEMO_MAILDIR``      the inbox's Maildir (``check_sent`` reads it, as a mail API would)
-``WORLD_DEMO_CALLS``        a file where each model call appends ``{"pid", "digest"}``
-``WORLD_DEMO_SEND_REPLAY``  ``never`` (right) or ``safe`` (wrong, to show the duplicate)
+``WORLD_DEMO_SMTP``              ``host:port`` of the SMTP inbox
+``WORLD_DEMO_MAILDIR``           the inbox's Maildir (``check_sent`` reads it, as a mail API
+                                 would)
+``WORLD_DEMO_CALLS``             a file where each model call appends ``{"pid", "digest"}``
+``WORLD_DEMO_SEND_REPLAY``       ``never`` (right) or ``safe`` (wrong, to show the duplicate)
+``WORLD_DEMO_APPROVAL_TIMEOUT``  :func:`build_approval_agent`: seconds a send waits for a
+                                 decision (default :data:`APPROVAL_TIMEOUT`)
 """
 
 from __future__ import annotations
@@ -40,7 +45,17 @@ from world_core import (
 from world_core.errors import ConfigurationError
 from world_examples._maildir import SESSION_HEADER, read_maildir
 
-__all__ = ["MESSAGE", "NOTES", "build_agent", "policy", "send_replay_from_env", "tools"]
+__all__ = [
+    "APPROVAL_TIMEOUT",
+    "MESSAGE",
+    "NOTES",
+    "approval_timeout_from_env",
+    "build_agent",
+    "build_approval_agent",
+    "policy",
+    "send_replay_from_env",
+    "tools",
+]
 
 MESSAGE = "Please email the launch note to ada@example.com."
 """The user's message for the demo turn."""
@@ -106,12 +121,28 @@ def send_replay_from_env() -> Replay:
     raise ConfigurationError(f"WORLD_DEMO_SEND_REPLAY must be 'never' or 'safe', got {value!r}")
 
 
-def tools(send_replay: Replay = "never") -> ToolRegistry:
-    """The three tools; ``send_replay`` labels send_email."""
+APPROVAL_TIMEOUT = 120.0
+"""Seconds :func:`build_approval_agent`'s send_email waits for a decision unless
+``WORLD_DEMO_APPROVAL_TIMEOUT`` says otherwise."""
+
+
+def tools(send_replay: Replay = "never", *, approval_timeout: float | None = None) -> ToolRegistry:
+    """The three tools; ``send_replay`` labels send_email, and with ``approval_timeout`` every
+    send waits (at most that many seconds) for a person's approval before it runs."""
+    if approval_timeout is None:
+        send = tool(send_email, replay="never", timeout=SEND_TIMEOUT)
+    else:
+        send = tool(
+            send_email,
+            replay="never",
+            timeout=SEND_TIMEOUT,
+            approval="required",
+            approval_timeout=approval_timeout,
+        )
     return ToolRegistry(
         [
             tool(lookup_note, replay="safe"),
-            tool(send_email, replay="never", timeout=SEND_TIMEOUT).relabel(send_replay),
+            send.relabel(send_replay),
             tool(check_sent, replay="safe"),
         ]
     )
@@ -149,6 +180,9 @@ def policy(request: ModelRequest) -> ModelReply:
         # Told the call may or may not have happened: look before sending again.
         if content == POSSIBLY_RAN:
             return _call(asked, "check_sent", to=to, subject=SUBJECT)
+        if content.startswith("Error: "):  # refused (not approved) or failed: say so
+            why = content.removeprefix("Error: ").rstrip(".")
+            return ModelReply(content=f"The launch note was not sent to {to}: {why}.")
         return done
     if name == "check_sent" and content.startswith("no"):
         return _call(asked, "send_email", to=to, subject=SUBJECT, body=note)
@@ -171,11 +205,41 @@ class _LoggedModel(ScriptedModel):
         return await super().complete(request)
 
 
+_SYSTEM = "You are a careful assistant. Check before repeating anything with side effects."
+
+
 def build_agent() -> Agent:
     """The agent for ``world worker --agent world_examples.crash_agent:build_agent``."""
     calls = os.environ.get("WORLD_DEMO_CALLS")
     return Agent(
         model=_LoggedModel(Path(calls) if calls else None),
         tools=tools(send_replay_from_env()),
-        system="You are a careful assistant. Check before repeating anything with side effects.",
+        system=_SYSTEM,
+    )
+
+
+def approval_timeout_from_env() -> float:
+    """``WORLD_DEMO_APPROVAL_TIMEOUT`` in seconds (default :data:`APPROVAL_TIMEOUT`)."""
+    value = os.environ.get("WORLD_DEMO_APPROVAL_TIMEOUT", "").strip()
+    if not value:
+        return APPROVAL_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigurationError(
+            f"WORLD_DEMO_APPROVAL_TIMEOUT must be a number of seconds > 0, got {value!r}"
+        )
+    return seconds
+
+
+def build_approval_agent() -> Agent:
+    """The same agent, each send_email waiting for a person's approval (``world approve``):
+    ``world worker --agent world_examples.crash_agent:build_approval_agent``."""
+    calls = os.environ.get("WORLD_DEMO_CALLS")
+    return Agent(
+        model=_LoggedModel(Path(calls) if calls else None),
+        tools=tools(send_replay_from_env(), approval_timeout=approval_timeout_from_env()),
+        system=_SYSTEM,
     )

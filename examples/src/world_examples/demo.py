@@ -17,6 +17,8 @@ backend's variable), with two differences that keep runs apart and leave nothing
 
 Worker processes must open the same World, so a World that cannot be shared by several
 processes (``capabilities.shared`` False) is refused before anything runs.
+
+``world demo approval`` (:mod:`world_examples.approval_demo`) runs on the same set-up.
 """
 
 from __future__ import annotations
@@ -138,8 +140,26 @@ class _Context:
     screen: _Screen
 
 
+@dataclass(frozen=True)
+class _WorkerExit:
+    """How a worker process ended: its exit status, pid, and the turn result it printed
+    (``world worker --once --json``; None when it printed none: it crashed)."""
+
+    returncode: int
+    pid: int
+    result: dict[str, Any] | None
+
+
 async def _worker(ctx: _Context, queue: str, extra_env: dict[str, str]) -> tuple[int, int]:
     """Run one worker process for one turn; returns (exit status, pid)."""
+    ended = await _run_worker(ctx, queue, extra_env)
+    return ended.returncode, ended.pid
+
+
+async def _run_worker(
+    ctx: _Context, queue: str, extra_env: dict[str, str], *, agent: str = AGENT
+) -> _WorkerExit:
+    """Run one ``world worker --once`` process with ``agent`` for one turn."""
     env = dict(os.environ)
     env.pop("CRASH_AT", None)
     env.update(
@@ -150,23 +170,39 @@ async def _worker(ctx: _Context, queue: str, extra_env: dict[str, str]) -> tuple
             **extra_env,
         }
     )
-    command = [sys.executable, "-m", "world_core._cli", "worker", "--agent", AGENT, "--once"]
+    command = [sys.executable, "-m", "world_core._cli", "worker", "--agent", agent, "--once"]
     command += ["--wait", str(WORKER_WAIT), "--lease", str(LEASE), "--queue", queue, "--json"]
-    command += ["--namespace", ctx.namespace]
-    if ctx.target is not None:
-        command += ["--world", ctx.target]
-    if ctx.url is not None:
-        command += ["--url", ctx.url]
+    command += _world_arguments(ctx)
     # A session of its own: Ctrl-C reaches the demo alone, which stops its workers itself
     # (killed when the demo is cancelled) instead of each printing its own interruption.
     process = await anyio.open_process(
         command, env=env, stdout=subprocess.PIPE, stderr=None, start_new_session=True
     )
+    output = b""
     async with process:
         with anyio.fail_after(120):  # a wedged worker must not hang the demo
+            assert process.stdout is not None
+            async for chunk in process.stdout:  # one JSON line (none if it crashed)
+                output += chunk
             await process.wait()
     assert process.returncode is not None
-    return process.returncode, process.pid
+    try:
+        result = json.loads(output)
+    except ValueError:
+        result = None
+    return _WorkerExit(
+        process.returncode, process.pid, result if isinstance(result, dict) else None
+    )
+
+
+def _world_arguments(ctx: _Context) -> list[str]:
+    """``--namespace``, ``--world``, ``--url``: a ``world`` process opens the demo's World."""
+    arguments = ["--namespace", ctx.namespace]
+    if ctx.target is not None:
+        arguments += ["--world", ctx.target]
+    if ctx.url is not None:
+        arguments += ["--url", ctx.url]
+    return arguments
 
 
 async def _journal(world: World, session: str) -> list[_Step]:
@@ -177,7 +213,8 @@ async def _journal(world: World, session: str) -> list[_Step]:
         if body.get("t") != "outcome":
             continue
         result = body.get("result") or {}
-        label = body["kind"] + (f" {body['name']}" if body["kind"] == "tool" else "")
+        named = body["kind"] in ("tool", "approval")
+        label = body["kind"] + (f" {body['name']}" if named else "")
         steps[body["step"]] = _Step(
             label=label,
             name=body["name"],
@@ -454,16 +491,28 @@ def _remove_if_empty(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+DEMOS = ("crashes", "approval")
+"""``world demo [which]``: the crash matrix (the default), or the approval demo
+(:mod:`world_examples.approval_demo`)."""
+
+
 async def run_demo(
-    *, world: str | None = None, url: str | None = None, as_json: bool = False
+    *,
+    world: str | None = None,
+    url: str | None = None,
+    as_json: bool = False,
+    which: str = "crashes",
 ) -> int:
-    """Run the demo; returns the exit status (0 when every target is met).
+    """Run the demo ``which`` (one of :data:`DEMOS`); returns the exit status (0 when every
+    target is met). Both run on the same World, in a namespace of their own.
 
     Raises:
         ConfigurationError: the World cannot be opened as configured (the message names the
             option or variable), or it cannot be shared by several processes.
         InvalidIdentifierError: ``WORKFLOW_NAMESPACE`` is not a valid namespace.
     """
+    if which not in DEMOS:
+        raise ConfigurationError(f"no demo {which!r}: choose one of {', '.join(DEMOS)}")
     name, _ = resolve_world(world)
     namespace, base = _demo_namespace()
     folder = Path(tempfile.mkdtemp(prefix="world-demo-"))
@@ -496,7 +545,13 @@ async def run_demo(
             out = sys.stderr if as_json else sys.stdout
             screen = _Screen(out, tty=out.isatty())
             with Inbox(folder / "inbox") as inbox:
-                _introduce(screen, opened, namespace, base, where, inbox)
+                if which == "approval":
+                    from world_examples import approval_demo
+
+                    introduce, run = approval_demo.introduce, approval_demo.run
+                else:
+                    introduce, run = _introduce, _run
+                introduce(screen, opened, namespace, base, where, inbox)
                 ctx = _Context(
                     world=opened,
                     world_name=opened.name,
@@ -508,7 +563,7 @@ async def run_demo(
                     screen=screen,
                 )
                 try:
-                    return await _run(ctx, as_json)
+                    return await run(ctx, as_json)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await opened.purge()
@@ -523,12 +578,10 @@ async def run_demo(
 def _introduce(
     screen: _Screen, world: World, namespace: str, base: str | None, where: str | None, inbox: Inbox
 ) -> None:
-    origin = f" (after {NAMESPACE_VARIABLE})" if base else ""
     screen.line(f"world demo: one agent turn, crashed at every step, on the {world.name!r} World")
     screen.line()
-    screen.line(f"   World   {world.name}{f', {where}' if where else ''}")
-    screen.line(f"           namespace {namespace}{origin}: this run's own, purged at the end")
-    screen.line("   model   scripted and deterministic: no API key, no network, no cost")
+    for text in _world_lines(world, namespace, base, where):
+        screen.line(text)
     screen.line("   tools   lookup_note (safe), send_email (never: not run twice),")
     screen.line("           check_sent (safe: reads the inbox)")
     screen.line(
@@ -538,3 +591,13 @@ def _introduce(
     screen.line(f"   time    under half a minute: a dead worker holds its turn for its {lease}")
     screen.line(f"           lease; a crash at send_email also waits for its {deadline} deadline")
     screen.line()
+
+
+def _world_lines(world: World, namespace: str, base: str | None, where: str | None) -> list[str]:
+    """The introduction's lines on the World, the namespace and the model."""
+    origin = f" (after {NAMESPACE_VARIABLE})" if base else ""
+    return [
+        f"   World   {world.name}{f', {where}' if where else ''}",
+        f"           namespace {namespace}{origin}: this run's own, purged at the end",
+        "   model   scripted and deterministic: no API key, no network, no cost",
+    ]
