@@ -150,7 +150,7 @@ async def test_concurrent_migrations_from_processes(pg_url: str, tmp_path: Path)
             )
             for _ in range(6)
         ]
-        go.touch()  # every child opens the fresh namespace at once
+        go.touch()  # every child opens the fresh namespace and makes its schema at once
         outputs = [child.communicate(timeout=WAIT) for child in children]
         return [(c.returncode, out, err) for c, (out, err) in zip(children, outputs, strict=True)]
 
@@ -198,7 +198,7 @@ async def test_purge_is_seen_by_another_world_of_the_namespace(
     try:
         await other.log.append("l", [NewEvent(data=b"old")])
         await pg_world.purge()
-        # The other World's next call recreates the schema and starts afresh.
+        # The other World reads the namespace as empty; its next write recreates the schema.
         assert await other.log.tail("l") == 0
         assert await other.log.append("l", [NewEvent(data=b"new")]) == 1
         assert [e.data for e in await pg_world.log.read("l")] == [b"new"]
@@ -429,11 +429,13 @@ async def test_writes_replayed_after_a_lost_reply_apply_once(
     claim leases more messages, whose leases run out: at least once, by design.)"""
     original = Database.run
 
-    async def replay(self: Database, what: str, op: Callable[[Any, bool], Awaitable[Any]]) -> Any:
+    async def replay(
+        self: Database, what: str, op: Callable[[Any, bool], Awaitable[Any]], **how: Any
+    ) -> Any:
         if what == "claim":
-            return await original(self, what, op)
-        await original(self, what, op)
-        return await original(self, what, lambda conn, _retried: op(conn, True))
+            return await original(self, what, op, **how)
+        await original(self, what, op, **how)
+        return await original(self, what, lambda conn, _retried: op(conn, True), **how)
 
     monkeypatch.setattr(Database, "run", replay)
     log, queue, stream = pg_world.log, pg_world.queue, pg_world.stream

@@ -335,7 +335,7 @@ class Database:
             with translate("open", self.target, first=True):
                 first = await self.connect()
             self._pool.keep(first)
-            await self.run("open", self._check_and_migrate)
+            await self.run("open", self._check)
         except BaseException:
             await self.close()
             raise
@@ -343,8 +343,20 @@ class Database:
     async def close(self) -> None:
         await self._pool.close()
 
-    async def run(self, what: str, op: Callable[[Conn, bool], Awaitable[T]]) -> T:
-        """Run ``op(connection, retried)``, retrying transient faults for ``retry_seconds``."""
+    async def run(
+        self,
+        what: str,
+        op: Callable[[Conn, bool], Awaitable[T]],
+        *,
+        absent: Callable[[], T] | None = None,
+    ) -> T:
+        """Run ``op(connection, retried)``, retrying transient faults for ``retry_seconds``.
+
+        The schema is made by the calls that store something, not by ``open``. Such a call
+        (``absent`` None) that finds the schema missing (never made, or dropped by a purge)
+        makes it and runs again; any other call answers ``absent()`` instead, the answer of an
+        empty namespace, and leaves the database as it was.
+        """
         deadline = time.monotonic() + self.retry_seconds
         retried = False
         delay = 0.05
@@ -364,11 +376,16 @@ class Database:
                     except Exception as exc:
                         # A connection in doubt never goes back to the pool.
                         reuse = not is_transient(exc) or _sqlstate(exc) in _TRANSIENT_STATES
-                        if not (is_missing(exc) and remigrated < 3):
+                        if not is_missing(exc):
+                            raise
+                        if absent is not None:
+                            return absent()
+                        if remigrated >= 3:
                             raise
                     finally:
                         pool.release(conn, reuse=reuse)
-                    # Another World purged the namespace: recreate it and go again.
+                    # The first write to this namespace, or another World purged it: make the
+                    # schema and go again.
                     remigrated += 1
                     conn = await pool.acquire(self.connect_timeout)
                     reuse = False
@@ -394,7 +411,10 @@ class Database:
     # Migrations
     # ----------------------------------------------------------------------------------------
 
-    async def _check_and_migrate(self, conn: Conn, retried: bool) -> None:
+    async def _check(self, conn: Conn, retried: bool) -> None:
+        """What ``open`` does: look, and make nothing. A schema of an older version is
+        migrated (its data needs the current layout); a missing one is left to the first
+        write, but a user who could not make it is refused now rather than then."""
         encoding = await conn.fetchval("SHOW server_encoding")
         if encoding != "UTF8":
             raise ConfigurationError(
@@ -406,9 +426,27 @@ class Database:
                 self.sql("SELECT coalesce(max(version), 0) FROM @s@.migrations")
             )
         except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError):
-            current = 0
-        if current != len(MIGRATIONS):
+            current = None
+        if current is None:
+            if not await conn.fetchval(
+                "SELECT has_database_privilege(current_database(), 'CREATE')"
+            ):
+                raise ConfigurationError(
+                    f"open: the PostgreSQL user of {self.target.source} ({self.where}) lacks a "
+                    f"privilege (permission denied to create schema {self.schema_name}, which "
+                    "the first write makes); grant it CREATE on the database (world-postgres "
+                    "creates and owns its schema) or use another user"
+                )
+        elif current > len(MIGRATIONS):
+            raise self._too_new(current)
+        elif current < len(MIGRATIONS):
             await self._migrate(conn)
+
+    def _too_new(self, version: int) -> ConfigurationError:
+        return ConfigurationError(
+            f"schema {self.schema_name} is at version {version}, newer than this "
+            f"world-postgres knows ({len(MIGRATIONS)}); upgrade world-postgres"
+        )
 
     async def _migrate(self, conn: Conn) -> None:
         """Bring the schema to the latest version; many processes may call this at once."""
@@ -431,10 +469,7 @@ class Database:
                 self.sql("SELECT coalesce(max(version), 0) FROM @s@.migrations")
             )
             if current > len(MIGRATIONS):
-                raise ConfigurationError(
-                    f"schema {self.schema_name} is at version {current}, newer than this "
-                    f"world-postgres knows ({len(MIGRATIONS)}); upgrade world-postgres"
-                )
+                raise self._too_new(current)
             for version, (name, statements) in enumerate(MIGRATIONS, start=1):
                 if version <= current:
                     continue

@@ -166,7 +166,7 @@ class PostgresLog(Log):
             rows = await conn.fetch(self._read, log_id, after, limit)
             return [_event(row) for row in rows]
 
-        return await self._db.run("read", op)
+        return await self._db.run("read", op, absent=list)
 
     async def get(self, log_id: str, key: str) -> Event | None:
         validate_id(log_id, "log_id")
@@ -176,7 +176,7 @@ class PostgresLog(Log):
             row = await conn.fetchrow(self._get, log_id, key)
             return None if row is None else _event(row)
 
-        return await self._db.run("get", op)
+        return await self._db.run("get", op, absent=lambda: None)
 
     async def tail(self, log_id: str) -> int:
         validate_id(log_id, "log_id")
@@ -184,7 +184,7 @@ class PostgresLog(Log):
         async def op(conn: Conn, retried: bool) -> int:
             return int(await conn.fetchval(self._tail, log_id))
 
-        return await self._db.run("tail", op)
+        return await self._db.run("tail", op, absent=lambda: 0)
 
     async def info(self, log_id: str) -> LogInfo | None:
         validate_id(log_id, "log_id")
@@ -195,7 +195,7 @@ class PostgresLog(Log):
                 return None
             return LogInfo(log_id=log_id, tail=int(row[1]), status=row[0])
 
-        return await self._db.run("info", op)
+        return await self._db.run("info", op, absent=lambda: None)
 
     def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         # Checked here, not in the generator (its body runs only at the first step), so that
@@ -218,7 +218,7 @@ class PostgresLog(Log):
                     rows = await conn.fetch(self._read, log_id, pos, _WATCH_BATCH)
                     return [_event(row) for row in rows]
 
-                batch = await self._db.run("watch", op)
+                batch: list[Event] = await self._db.run("watch", op, absent=list)
                 for item in batch:
                     position = item.seq
                     yield item
@@ -244,7 +244,7 @@ class PostgresLog(Log):
             last = items[-1].log_id
             return Page(items=items, next_cursor=list_cursor(last, prefix=prefix, status=status))
 
-        return await self._db.run("list_logs", op)
+        return await self._db.run("list_logs", op, absent=lambda: Page(items=[]))
 
     async def delete(self, log_id: str) -> None:
         validate_id(log_id, "log_id")
@@ -252,7 +252,7 @@ class PostgresLog(Log):
         async def op(conn: Conn, retried: bool) -> None:
             await conn.execute(self._delete, log_id)
 
-        await self._db.run("delete", op)
+        await self._db.run("delete", op, absent=lambda: None)
 
 
 def _event(row: asyncpg.Record) -> Event:

@@ -196,7 +196,7 @@ class PostgresQueue(Queue):
                     value = await conn.fetchval(self._next_visible, queue)
                     return None if value is None else float(value)
 
-                soonest = await self._db.run("claim", op)
+                soonest = await self._db.run("claim", op, absent=lambda: None)
                 if soonest is not None:
                     left = min(left, max(soonest, _BUSY_RETRY_SECONDS))
                 await waiter.sleep(left)
@@ -225,7 +225,7 @@ class PostgresQueue(Queue):
                 ]
                 return got, len(rows) - len(got)
 
-            got, dead = await self._db.run("claim", op)
+            got, dead = await self._db.run("claim", op, absent=lambda: ([], 0))
             leases.extend(got)
             if not dead or len(leases) >= limit:
                 return leases
@@ -242,7 +242,7 @@ class PostgresQueue(Queue):
             )
             return None if value is None else float(value)
 
-        deadline = await self._db.run("renew", op)
+        deadline = await self._db.run("renew", op, absent=lambda: None)
         if deadline is None:
             raise self._lost(lease, "renew")
         return lease.model_copy(update={"deadline": deadline})
@@ -262,7 +262,7 @@ class PostgresQueue(Queue):
                 return False
             return await conn.fetchval(self._exists, lease.message_id, lease.queue) is None
 
-        if not await self._db.run("ack", op):
+        if not await self._db.run("ack", op, absent=lambda: False):
             raise self._lost(lease, "ack")
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
@@ -283,7 +283,7 @@ class PostgresQueue(Queue):
                 is not None
             )
 
-        if not await self._db.run("release", op):
+        if not await self._db.run("release", op, absent=lambda: False):
             raise self._lost(lease, "release")
 
     @staticmethod
@@ -309,7 +309,7 @@ class PostgresQueue(Queue):
                 for r in rows
             ]
 
-        return await self._db.run("dead_letters", op)
+        return await self._db.run("dead_letters", op, absent=list)
 
     async def requeue(self, queue: str, message_id: str) -> None:
         validate_id(queue, "queue")
@@ -322,7 +322,7 @@ class PostgresQueue(Queue):
                 return True
             return retried and await conn.fetchval(self._live, queue, message_id) is not None
 
-        if not await self._db.run("requeue", op):
+        if not await self._db.run("requeue", op, absent=lambda: False):
             raise NotFoundError(
                 f"no dead letter {message_id!r} in queue {queue!r}; list them with dead_letters()"
             )

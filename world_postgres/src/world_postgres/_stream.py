@@ -102,7 +102,9 @@ class PostgresStream(Stream):
                 return StreamInfo(stream_id=stream_id, next_index=0, closed=False)
             return StreamInfo(stream_id=stream_id, next_index=int(row[0]), closed=bool(row[1]))
 
-        return await self._db.run("info", op)
+        return await self._db.run(
+            "info", op, absent=lambda: StreamInfo(stream_id=stream_id, next_index=0, closed=False)
+        )
 
     def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
         # Checked here, not in the generator (its body runs only at the first step), so that
@@ -129,7 +131,9 @@ class PostgresStream(Stream):
                     row = await conn.fetchrow(self._read, stream_id, pos, _READ_CHUNKS, _READ_BYTES)
                     return int(row[0]), bool(row[1]), [bytes(d) for d in row[2]]
 
-                next_index, closed, page = await self._db.run("read", op)
+                next_index, closed, page = await self._db.run(
+                    "read", op, absent=lambda: (0, False, [])
+                )
                 for data in page:
                     yield Chunk(index=position, data=data)
                     position += 1
@@ -145,4 +149,4 @@ class PostgresStream(Stream):
         async def op(conn: Conn, retried: bool) -> None:
             await conn.execute(self._delete, stream_id)
 
-        await self._db.run("delete", op)
+        await self._db.run("delete", op, absent=lambda: None)

@@ -62,10 +62,12 @@ def _url(url: str | None) -> tuple[str, str]:
 class PostgresWorld(World):
     """A World in one PostgreSQL schema, ``world_<namespace>``, through an asyncpg pool.
 
-    Quirks beyond the SPI: ``purge`` drops the schema, which the next call (from any process)
-    recreates; once open, calls retry transient faults for ``WORKFLOW_POSTGRES_RETRY_SECONDS``
-    (writes check first whether their earlier try committed), then raise
-    BackendUnavailableError. Opening does not retry its first connection.
+    The schema is made by the first call that stores something, never by opening or reading
+    (see ``Database.run``). Quirks beyond the SPI: ``purge`` drops the schema, which the next
+    write (from any process) recreates; once open, calls retry transient faults for
+    ``WORKFLOW_POSTGRES_RETRY_SECONDS`` (writes check first whether their earlier try
+    committed), then raise BackendUnavailableError. Opening does not retry its first
+    connection.
     """
 
     name = "postgres"
@@ -114,7 +116,8 @@ class PostgresWorld(World):
 
 
 async def connect(*, url: str | None = None, namespace: str = "default") -> PostgresWorld:
-    """Open the PostgreSQL World: create or migrate its schema, then return it.
+    """Open the PostgreSQL World. Creates nothing: the namespace's schema is made by its first
+    write. An existing schema of an older version is migrated; a newer one is refused.
 
     Args:
         url: a ``postgresql://`` URL; None reads ``WORKFLOW_POSTGRES_URL``, then
@@ -132,7 +135,9 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Post
 
     Raises:
         ConfigurationError: no URL, a malformed setting, an unknown host name, a refused login
-            (wrong password, unknown role), a missing privilege or database.
+            (wrong password, unknown role), a missing privilege (``CREATE`` on the database,
+            when the schema is still to be made) or database, a schema newer than this
+            world-postgres.
         BackendUnavailableError: the server refused the connection or did not answer within
             the connect timeout; nothing was done.
     """
