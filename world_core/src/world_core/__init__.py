@@ -40,6 +40,13 @@ from world_core.journal._agent import Agent
 from world_core.journal._blobs import BlobRef, Blobs
 from world_core.journal._client import DEFAULT_QUEUE, Client, TurnStatus
 from world_core.journal._crash import CrashPoint, SimulatedCrash, parse_crash_at
+from world_core.journal._history import (
+    SessionHistory,
+    dump_history,
+    load_history_file,
+    read_history,
+    write_history,
+)
 from world_core.journal._journal import (
     DEFAULT_BLOB_THRESHOLD,
     POSSIBLY_RAN,
@@ -60,6 +67,7 @@ from world_core.journal._model import (
     ScriptedModel,
     ToolCall,
 )
+from world_core.journal._replay import ReplayReport, format_report, replay_check
 from world_core.journal._tools import (
     DEFAULT_TOOL_TIMEOUT,
     Replay,
@@ -115,7 +123,9 @@ __all__ = [
     "OpenAIChatModel",
     "PendingApproval",
     "Replay",
+    "ReplayReport",
     "ScriptedModel",
+    "SessionHistory",
     "Signal",
     "SimulatedCrash",
     "Tool",
@@ -128,12 +138,18 @@ __all__ = [
     "Worker",
     "canonical_json",
     "digest_of",
+    "dump_history",
+    "format_report",
+    "load_history_file",
     "parse_crash_at",
+    "read_history",
+    "replay_check",
     "session_log_id",
     "sign_signal",
     "idempotency_key",
     "read_state",
     "tool",
+    "write_history",
     "write_state",
     "BackendUnavailableError",
     "CallInFlightError",

@@ -4,7 +4,8 @@ Exit statuses (``world --help`` shows them too):
 
 ====  ===========================================================================================
 0     done
-1     the command ran and reports a failure (``world demo``: a target not met)
+1     the command ran and reports a failure (``world demo``: a target not met;
+      ``world replay-check``: a turn diverged)
 2     usage or configuration error; also ``world`` alone, which prints its help on stdout
 3     ``world worker --once``: no turn came
 4     ``world worker --once``: the turn failed
@@ -32,6 +33,7 @@ from typing import Any, NoReturn, TextIO
 
 import anyio
 
+from world_core._cli_replay import register as register_replay_commands
 from world_core._cli_waits import register as register_wait_commands
 from world_core._select import list_worlds, load_attr, open_world
 from world_core.errors import ConfigurationError, WorldError
@@ -47,7 +49,8 @@ returning the exit status). Keep its module light: it is imported for every ``wo
 EXIT_STATUSES = """\
 exit status:
   0    done
-  1    the command ran and reports a failure (world demo: a target not met)
+  1    the command ran and reports a failure (world demo: a target not met;
+       world replay-check: a turn diverged)
   2    usage or configuration error; also `world` alone (this help, on stdout)
   3    world worker --once: no turn came
   4    world worker --once: the turn failed
@@ -238,6 +241,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--json", action="store_true", help="with --once: print the result")
     worker.set_defaults(run=lambda args: anyio.run(_worker, args))
     register_wait_commands(sub, add_world_options)
+    register_replay_commands(sub, add_world_options)
     _add_plugin_commands(sub)
     if "demo" in sub.choices:
         parser.description = "Crash-safe agents on a World. Start with: world demo"

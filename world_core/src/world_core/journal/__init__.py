@@ -9,6 +9,16 @@ from world_core.journal._agent import Agent
 from world_core.journal._blobs import BlobRef, Blobs
 from world_core.journal._client import DEFAULT_QUEUE, Client, TurnStatus
 from world_core.journal._crash import CrashPoint, SimulatedCrash, parse_crash_at
+from world_core.journal._history import (
+    HISTORY_FORMAT,
+    SessionHistory,
+    dump_history,
+    history_document,
+    load_history_file,
+    parse_history,
+    read_history,
+    write_history,
+)
 from world_core.journal._journal import (
     CLOCK_MARGIN,
     DEFAULT_BLOB_THRESHOLD,
@@ -32,6 +42,14 @@ from world_core.journal._model import (
     ToolCall,
 )
 from world_core.journal._order import hand_on
+from world_core.journal._replay import (
+    HistoryEnds,
+    ReplayReport,
+    SessionCheck,
+    TurnCheck,
+    format_report,
+    replay_check,
+)
 from world_core.journal._tools import (
     DEFAULT_TOOL_TIMEOUT,
     MAX_IDEMPOTENCY_KEY_BYTES,
@@ -58,6 +76,7 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_BYTES",
     "MAX_TURN_ID_BYTES",
     "DEFAULT_QUEUE",
+    "HISTORY_FORMAT",
     "POSSIBLY_RAN",
     "Agent",
     "BlobRef",
@@ -65,6 +84,7 @@ __all__ = [
     "Blobs",
     "Client",
     "CrashPoint",
+    "HistoryEnds",
     "Journal",
     "Message",
     "ModelClient",
@@ -74,25 +94,37 @@ __all__ = [
     "OpenAIChatModel",
     "PendingApproval",
     "Replay",
+    "ReplayReport",
     "ScriptedModel",
+    "SessionCheck",
+    "SessionHistory",
     "Signal",
     "SimulatedCrash",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolRegistry",
+    "TurnCheck",
     "TurnResult",
     "TurnSuspended",
     "TurnStatus",
     "Worker",
     "canonical_json",
     "digest_of",
+    "dump_history",
+    "format_report",
     "hand_on",
+    "history_document",
     "idempotency_key",
+    "load_history_file",
     "parse_crash_at",
+    "parse_history",
+    "read_history",
     "read_state",
+    "replay_check",
     "session_log_id",
     "sign_signal",
     "tool",
+    "write_history",
     "write_state",
 ]
