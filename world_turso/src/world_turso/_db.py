@@ -168,17 +168,26 @@ class _Changes:
         return self.count != since
 
 
+class _Unopened:
+    """The connection of a local database file that did not exist when the World opened."""
+
+
 class Database:
     """A World's libsql connection, used by one worker thread at a time.
 
     Every call runs as one function in a worker thread (``anyio.to_thread.run_sync`` behind a
     capacity limiter of 1), inside the transaction the caller asks for, so a transaction never
     interleaves with another call of the same World and is never left open.
+
+    A local file that does not exist yet is not created by opening: the connection is opened,
+    creating the file, by the first call that runs (callers that only read ask
+    :meth:`missing` first and answer without a call).
     """
 
-    def __init__(self, settings: Settings, driver: _Driver) -> None:
+    def __init__(self, settings: Settings, driver: _Driver | _Unopened) -> None:
         self.settings = settings
-        self._driver: _Driver | None = driver
+        self._driver: _Driver | _Unopened | None = driver  # None once closed
+        self._prepared = not isinstance(driver, _Unopened)
         self._limiter = anyio.CapacityLimiter(1)
         self._changes = _Changes()
         self._data_version = 0
@@ -190,41 +199,35 @@ class Database:
 
     @classmethod
     async def open(cls, settings: Settings) -> Database:
-        """Connect (probing a remote server first, within ``connect_timeout``)."""
+        """Connect (probing a remote server first, within ``connect_timeout``). A local file
+        that does not exist is left to the first call that needs it (see :meth:`missing`)."""
+        if settings.mode is Mode.LOCAL:
+            db = cls(settings, _Unopened())
+            try:
+                if not db.missing():  # an existing file: open it now, so its faults show now
+                    await db.run(_nothing, tx=Tx.NONE)
+            except BaseException:
+                await db.aclose()
+                raise
+            return db
         if settings.remote_url is not None:
             await _probe(settings)
-        where = redact(settings.url)
-
-        def connect() -> _Driver:
-            with _translating(where, settings.auth_token, "connect"):
-                if settings.mode is Mode.LOCAL:
-                    raw = libsql.connect(settings.path, isolation_level=None, timeout=0.0)
-                elif settings.mode is Mode.REMOTE:
-                    raw = libsql.connect(
-                        settings.remote_url, isolation_level=None, auth_token=settings.auth_token
-                    )
-                else:
-                    raw = libsql.connect(
-                        settings.path,
-                        isolation_level=None,
-                        timeout=0.0,
-                        sync_url=settings.remote_url,
-                        auth_token=settings.auth_token,
-                    )
-                return cast(_Driver, raw)
-
-        driver = await anyio.to_thread.run_sync(connect)
+        driver = await anyio.to_thread.run_sync(_connect, settings)
         db = cls(settings, driver)
         try:
-            if settings.mode is Mode.LOCAL:
-                await db.run(_use_wal, tx=Tx.NONE)
-            elif settings.mode is Mode.REPLICA:
+            if settings.mode is Mode.REPLICA:
                 await db.sync()
             db._data_version = await db.run(_data_version, tx=Tx.NONE)
         except BaseException:
             await db.aclose()
             raise
         return db
+
+    def missing(self) -> bool:
+        """True while the local database file does not exist and this World has not made it:
+        there is nothing to read, and looking would create it."""
+        path = self.settings.path
+        return isinstance(self._driver, _Unopened) and path is not None and not os.path.exists(path)
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -271,7 +274,15 @@ class Database:
         driver = self._driver
         if driver is None:
             raise ClosedError("this Turso World is closed; open a new one")
+        if isinstance(driver, _Unopened):  # a local file, opened (created) at its first use
+            driver = self._driver = _connect(self.settings)
         conn = Conn(driver)
+        if not self._prepared:
+            # Apart from the call: a busy file is retried by run() without the connect again.
+            with _translating(self._where, self.settings.auth_token, "a statement"):
+                _use_wal(conn)
+                self._data_version = _data_version(conn)
+            self._prepared = True
         with _translating(self._where, self.settings.auth_token, "a statement"):
             if tx is Tx.NONE:
                 return fn(conn)
@@ -313,8 +324,8 @@ class Database:
             return True
         if self._driver is None:
             raise ClosedError("this Turso World is closed; open a new one")
-        if self.settings.mode is Mode.REMOTE:
-            return False
+        if self.settings.mode is Mode.REMOTE or self.missing():
+            return False  # no file yet: the waiter's next look is the poll
         if self._polling or time.monotonic() - self._last_poll < _POLL_FLOOR:
             return self._changes.count != since
         self._polling = True
@@ -337,9 +348,32 @@ class Database:
         """Wait for the call in progress, then close the connection. Idempotent."""
         async with self._limiter:
             driver, self._driver = self._driver, None
-        if driver is not None:
+        if driver is not None and not isinstance(driver, _Unopened):
             await anyio.to_thread.run_sync(_close, driver)
         self._changes.notify()  # waiters wake, see the World closed and stop
+
+
+def _connect(settings: Settings) -> _Driver:
+    with _translating(redact(settings.url), settings.auth_token, "connect"):
+        if settings.mode is Mode.LOCAL:
+            raw = libsql.connect(settings.path, isolation_level=None, timeout=0.0)
+        elif settings.mode is Mode.REMOTE:
+            raw = libsql.connect(
+                settings.remote_url, isolation_level=None, auth_token=settings.auth_token
+            )
+        else:
+            raw = libsql.connect(
+                settings.path,
+                isolation_level=None,
+                timeout=0.0,
+                sync_url=settings.remote_url,
+                auth_token=settings.auth_token,
+            )
+        return cast(_Driver, raw)
+
+
+def _nothing(conn: Conn) -> None:
+    """A call that only opens the connection."""
 
 
 def _close(driver: _Driver) -> None:

@@ -22,7 +22,6 @@ from world_core.spi import (
 )
 from world_turso._db import (
     Conn,
-    Database,
     Param,
     Row,
     Tx,
@@ -32,7 +31,7 @@ from world_turso._db import (
     as_str,
 )
 from world_turso._queue import enqueue_in
-from world_turso._schema import Tables
+from world_turso._schema import Store
 
 __all__ = ["TursoLog"]
 
@@ -53,9 +52,10 @@ class TursoLog(Log):
     at once by this World's own appends.
     """
 
-    def __init__(self, db: Database, tables: Tables) -> None:
-        self._db = db
-        self._t = tables
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._db = store.db
+        self._t = store.tables
 
     async def append(
         self,
@@ -136,12 +136,13 @@ class TursoLog(Log):
                     )
             return new_tail
 
-        return await self._db.run(run, tx=Tx.WRITE)
+        return await self._store.write(run)
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         validate_read(log_id, after=after, limit=limit)
-        return await self._db.run(
+        return await self._store.use(
             lambda conn: self._read(conn, log_id, after, -1 if limit is None else limit),
+            list,
             tx=Tx.NONE,
         )
 
@@ -164,7 +165,7 @@ class TursoLog(Log):
             )
             return None if row is None else _event(row)
 
-        return await self._db.run(run, tx=Tx.NONE)
+        return await self._store.use(run, lambda: None, tx=Tx.NONE)
 
     async def tail(self, log_id: str) -> int:
         info = await self.info(log_id)
@@ -179,7 +180,7 @@ class TursoLog(Log):
                 return None
             return LogInfo(log_id=log_id, tail=as_int(row[0]), status=as_opt_str(row[1]))
 
-        return await self._db.run(run, tx=Tx.NONE)
+        return await self._store.use(run, lambda: None, tx=Tx.NONE)
 
     def watch(self, log_id: str, *, after: int = 0) -> AsyncIterator[Event]:
         # Checked here, not in the generator (its body runs only at the first step), so that
@@ -193,8 +194,10 @@ class TursoLog(Log):
         delay = _WAIT_MIN
         while True:
             since = db.snapshot()
-            events = await db.run(
-                partial(self._read, log_id=log_id, after=after, limit=_WATCH_BATCH), tx=Tx.NONE
+            events: list[Event] = await self._store.use(
+                partial(self._read, log_id=log_id, after=after, limit=_WATCH_BATCH),
+                list,
+                tx=Tx.NONE,
             )
             for event in events:
                 yield event
@@ -233,7 +236,9 @@ class TursoLog(Log):
             f"SELECT log_id, tail, status FROM {self._t.logs} WHERE {' AND '.join(where)}"
             " ORDER BY log_id LIMIT ?"
         )
-        rows = await self._db.run(lambda conn: conn.rows(sql, [*params, limit + 1]), tx=Tx.NONE)
+        rows: list[Row] = await self._store.use(
+            lambda conn: conn.rows(sql, [*params, limit + 1]), list, tx=Tx.NONE
+        )
         items = [
             LogInfo(log_id=as_str(row[0]), tail=as_int(row[1]), status=as_opt_str(row[2]))
             for row in rows[:limit]
@@ -252,4 +257,4 @@ class TursoLog(Log):
             conn.exec(f"DELETE FROM {self._t.events} WHERE log_id = ?", [log_id])
             conn.exec(f"DELETE FROM {self._t.logs} WHERE log_id = ?", [log_id])
 
-        await self._db.run(run, tx=Tx.WRITE)
+        await self._store.use(run, lambda: None, tx=Tx.WRITE)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import NoReturn
 
 from world_core.errors import LeaseLostError, NotFoundError
 from world_core.spi import (
@@ -25,7 +26,7 @@ from world_core.spi import (
 )
 from world_turso._db import (
     Conn,
-    Database,
+    Row,
     Tx,
     as_bytes,
     as_float,
@@ -33,7 +34,7 @@ from world_turso._db import (
     as_opt_str,
     as_str,
 )
-from world_turso._schema import Tables
+from world_turso._schema import Store, Tables
 
 __all__ = ["TursoQueue", "enqueue_in"]
 
@@ -78,6 +79,10 @@ def _bury(conn: Conn, t: Tables, n: int, reason: str) -> None:
     conn.exec(f"DELETE FROM {t.messages} WHERE n = ?", [n])
 
 
+def _raise(error: Exception) -> NoReturn:
+    raise error
+
+
 def _lost(lease: Lease) -> LeaseLostError:
     return LeaseLostError(
         f"the lease on message {lease.message_id!r} of queue {lease.queue!r} is no longer "
@@ -93,9 +98,10 @@ class TursoQueue(Queue):
     gives a dead letter its dedup key back only if no live message holds that key.
     """
 
-    def __init__(self, db: Database, tables: Tables) -> None:
-        self._db = db
-        self._t = tables
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._db = store.db
+        self._t = store.tables
 
     async def enqueue(
         self,
@@ -111,7 +117,7 @@ class TursoQueue(Queue):
         )
         seconds = float(delay)
         t = self._t
-        return await self._db.run(
+        return await self._store.write(
             lambda conn: enqueue_in(
                 conn,
                 t,
@@ -121,8 +127,7 @@ class TursoQueue(Queue):
                 delay=seconds,
                 dedup_key=dedup_key,
                 max_attempts=max_attempts,
-            ),
-            tx=Tx.WRITE,
+            )
         )
 
     async def claim(
@@ -140,10 +145,13 @@ class TursoQueue(Queue):
         delay = _WAIT_MIN
         while True:
             since = db.snapshot()
-            due = await db.run(lambda conn: self._due_in(conn, queue), tx=Tx.NONE)
+            due = await self._store.use(
+                lambda conn: self._due_in(conn, queue), lambda: None, tx=Tx.NONE
+            )
             if due is not None and due <= 0:
-                leases = await db.run(
+                leases: list[Lease] = await self._store.use(
                     lambda conn: self._claim(conn, queue, float(lease), limit),
+                    list,
                     tx=Tx.WRITE,
                     notify=False,
                 )
@@ -223,7 +231,9 @@ class TursoQueue(Queue):
                 raise _lost(lease)
             return deadline
 
-        deadline = await self._db.run(run, tx=Tx.WRITE, notify=False)
+        deadline = await self._store.use(
+            run, lambda: _raise(_lost(lease)), tx=Tx.WRITE, notify=False
+        )
         return lease.model_copy(update={"deadline": deadline})
 
     async def ack(self, lease: Lease) -> None:
@@ -238,7 +248,7 @@ class TursoQueue(Queue):
             if not rows:
                 raise _lost(lease)
 
-        await self._db.run(run, tx=Tx.WRITE, notify=False)
+        await self._store.use(run, lambda: _raise(_lost(lease)), tx=Tx.WRITE, notify=False)
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
         seconds = validate_release(lease, delay)
@@ -266,16 +276,17 @@ class TursoQueue(Queue):
                 [conn.now() + seconds, n],
             )
 
-        await self._db.run(run, tx=Tx.WRITE)
+        await self._store.use(run, lambda: _raise(_lost(lease)), tx=Tx.WRITE)
 
     async def dead_letters(self, queue: str, *, limit: int = 100) -> list[DeadLetter]:
         validate_dead_letters(queue, limit=limit)
-        rows = await self._db.run(
+        rows: list[Row] = await self._store.use(
             lambda conn: conn.rows(
                 f"SELECT id, payload, attempts, reason FROM {self._t.dead} WHERE queue = ?"
                 " ORDER BY n LIMIT ?",
                 [queue, limit],
             ),
+            list,
             tx=Tx.NONE,
         )
         return [
@@ -293,6 +304,9 @@ class TursoQueue(Queue):
         validate_id(queue, "queue")
         validate_id(message_id, "message_id")
         t = self._t
+        missing = NotFoundError(
+            f"queue {queue!r} has no dead letter {message_id!r}; list them with dead_letters()"
+        )
 
         def run(conn: Conn) -> None:
             row = conn.one(
@@ -301,10 +315,7 @@ class TursoQueue(Queue):
                 [queue, message_id],
             )
             if row is None:
-                raise NotFoundError(
-                    f"queue {queue!r} has no dead letter {message_id!r}; list them with "
-                    "dead_letters()"
-                )
+                raise missing
             dedup_key = as_opt_str(row[3])
             if dedup_key is not None and conn.one(
                 f"SELECT 1 FROM {t.messages} WHERE queue = ? AND dedup_key = ?", [queue, dedup_key]
@@ -317,4 +328,4 @@ class TursoQueue(Queue):
                 [queue, message_id, as_bytes(row[1]), conn.now(), as_int(row[2]), dedup_key],
             )
 
-        await self._db.run(run, tx=Tx.WRITE)
+        await self._store.use(run, lambda: _raise(missing), tx=Tx.WRITE)

@@ -1,15 +1,20 @@
-"""Tables of one namespace, created idempotently under the write lock."""
+"""Tables of one namespace, created idempotently under the write lock by the first call that
+stores something (:class:`Store`), never by opening."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from world_core.errors import ConfigurationError
-from world_turso._db import Conn, as_str
+from world_turso._db import Conn, Database, Tx, as_str
 
-__all__ = ["SCHEMA_VERSION", "Tables"]
+__all__ = ["SCHEMA_VERSION", "Store", "Tables"]
 
 SCHEMA_VERSION = 1
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,28 @@ class Tables:
         """Every table holding logs, messages or streams (what ``purge`` empties)."""
         return (self.logs, self.events, self.messages, self.dead, self.streams, self.chunks)
 
+    def exist(self, conn: Conn) -> bool:
+        """Whether the namespace's tables exist (``create`` makes them all in one
+        transaction, so one of them stands for all); refuses tables of a newer version."""
+        if (
+            conn.one(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                [self.meta.strip('"')],
+            )
+            is None
+        ):
+            return False
+        row = conn.one(f"SELECT v FROM {self.meta} WHERE k = 'schema'")
+        if row is not None and int(as_str(row[0])) > SCHEMA_VERSION:
+            raise self._too_new(as_str(row[0]))
+        return True
+
+    def _too_new(self, version: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"namespace {self.namespace!r} was created by a newer world-turso (schema "
+            f"{version!r}, this one knows {SCHEMA_VERSION}); upgrade world-turso"
+        )
+
     def create(self, conn: Conn) -> None:
         """Create what is missing; call inside a write transaction."""
         ns = self.namespace
@@ -98,7 +125,57 @@ class Tables:
         if row is None:
             conn.exec(f"INSERT INTO {self.meta} (k, v) VALUES ('schema', ?)", [str(SCHEMA_VERSION)])
         elif int(as_str(row[0])) > SCHEMA_VERSION:
-            raise ConfigurationError(
-                f"namespace {ns!r} was created by a newer world-turso (schema {row[0]!r}, this "
-                f"one knows {SCHEMA_VERSION}); upgrade world-turso"
-            )
+            raise self._too_new(as_str(row[0]))
+
+
+class Store:
+    """A namespace's tables on a World's database, made by the first call that stores
+    something (an append, an enqueue, a stream write or close), in that call's own write
+    transaction; every other call on a namespace without them answers as for an empty one
+    and leaves the database (and a local file that does not exist) as it was.
+
+    Once the tables are known to exist (seen or made), a call costs nothing more: tables are
+    never dropped (``purge`` deletes rows).
+    """
+
+    def __init__(self, db: Database, tables: Tables) -> None:
+        self.db = db
+        self.tables = tables
+        self._exist = False
+
+    async def check(self) -> None:
+        """What opening does: look whether the tables exist (refusing a newer version)."""
+        if not self.db.missing():
+            self._exist = await self.db.run(self.tables.exist, tx=Tx.NONE)
+
+    async def write(self, fn: Callable[[Conn], T], *, notify: bool = True) -> T:
+        """Run ``fn`` in a write transaction, the tables made first if they may be missing."""
+        if self._exist:
+            return await self.db.run(fn, tx=Tx.WRITE, notify=notify)
+        tables = self.tables
+
+        def made(conn: Conn) -> T:
+            tables.create(conn)
+            return fn(conn)
+
+        result = await self.db.run(made, tx=Tx.WRITE, notify=notify)
+        self._exist = True
+        return result
+
+    async def use(
+        self, fn: Callable[[Conn], T], absent: Callable[[], T], *, tx: Tx, notify: bool = True
+    ) -> T:
+        """Run ``fn`` in ``tx``; while the namespace has no tables, ``absent()`` instead (the
+        answer of an empty namespace, which may raise), making nothing."""
+        if self._exist:
+            return await self.db.run(fn, tx=tx, notify=notify)
+        if self.db.missing():
+            return absent()
+
+        def looked(conn: Conn) -> T:
+            if not self.tables.exist(conn):
+                return absent()
+            self._exist = True
+            return fn(conn)
+
+        return await self.db.run(looked, tx=tx, notify=notify)

@@ -14,8 +14,8 @@ from world_core.spi import (
     validate_stream_read,
     validate_write,
 )
-from world_turso._db import Conn, Database, Param, Tx, as_bytes, as_int
-from world_turso._schema import Tables
+from world_turso._db import Conn, Param, Tx, as_bytes, as_int
+from world_turso._schema import Store
 
 __all__ = ["TursoStream"]
 
@@ -28,9 +28,10 @@ class TursoStream(Stream):
     """``Stream`` on the namespace's ``streams`` and ``chunks`` tables; contract in
     ``world_core.spi``. Readers fetch at most 64 chunks per query."""
 
-    def __init__(self, db: Database, tables: Tables) -> None:
-        self._db = db
-        self._t = tables
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._db = store.db
+        self._t = store.tables
 
     def _state(self, conn: Conn, stream_id: str) -> tuple[int, bool]:
         row = conn.one(
@@ -76,23 +77,22 @@ class TursoStream(Stream):
             )
             return new_next
 
-        return await self._db.run(run, tx=Tx.WRITE)
+        return await self._store.write(run)
 
     async def close(self, stream_id: str) -> None:
         validate_id(stream_id, "stream_id")
-        await self._db.run(
+        await self._store.write(
             lambda conn: conn.exec(
                 f"INSERT INTO {self._t.streams} (stream_id, next_index, closed) VALUES (?, 0, 1)"
                 " ON CONFLICT (stream_id) DO UPDATE SET closed = 1",
                 [stream_id],
-            ),
-            tx=Tx.WRITE,
+            )
         )
 
     async def info(self, stream_id: str) -> StreamInfo:
         validate_id(stream_id, "stream_id")
-        next_index, closed = await self._db.run(
-            lambda conn: self._state(conn, stream_id), tx=Tx.NONE
+        next_index, closed = await self._store.use(
+            lambda conn: self._state(conn, stream_id), lambda: (0, False), tx=Tx.NONE
         )
         return StreamInfo(stream_id=stream_id, next_index=next_index, closed=closed)
 
@@ -117,13 +117,17 @@ class TursoStream(Stream):
     async def _read(self, stream_id: str, start: int) -> AsyncIterator[Chunk]:
         db = self._db
         if start < 0:
-            next_index, _ = await db.run(lambda conn: self._state(conn, stream_id), tx=Tx.NONE)
+            next_index, _ = await self._store.use(
+                lambda conn: self._state(conn, stream_id), lambda: (0, False), tx=Tx.NONE
+            )
             start = max(0, next_index + start)
         delay = _WAIT_MIN
         while True:
             since = db.snapshot()
-            chunks, next_index, closed = await db.run(
-                partial(self._batch, stream_id=stream_id, start=start), tx=Tx.READ
+            chunks, next_index, closed = await self._store.use(
+                partial(self._batch, stream_id=stream_id, start=start),
+                lambda: ([], 0, False),
+                tx=Tx.READ,
             )
             for chunk in chunks:
                 yield chunk
@@ -143,4 +147,4 @@ class TursoStream(Stream):
             conn.exec(f"DELETE FROM {self._t.chunks} WHERE stream_id = ?", [stream_id])
             conn.exec(f"DELETE FROM {self._t.streams} WHERE stream_id = ?", [stream_id])
 
-        await self._db.run(run, tx=Tx.WRITE)
+        await self._store.use(run, lambda: None, tx=Tx.WRITE)

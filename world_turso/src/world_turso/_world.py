@@ -9,7 +9,7 @@ from world_core.spi import Capabilities, World, validate_namespace
 from world_turso._db import Conn, Database, Tx
 from world_turso._log import TursoLog
 from world_turso._queue import TursoQueue
-from world_turso._schema import Tables
+from world_turso._schema import Store, Tables
 from world_turso._settings import Settings, read_settings
 from world_turso._stream import TursoStream
 
@@ -23,17 +23,19 @@ class TursoWorld(World):
 
     Open it with :func:`connect` (or ``open_world("turso")``). One connection per World, used
     from one worker thread at a time; namespaces are table prefixes in the same database.
+    Opening creates nothing: the namespace's tables (and a local file that does not exist)
+    are made by the first call that stores something.
     """
 
     name = "turso"
 
-    def __init__(self, db: Database, namespace: str) -> None:
+    def __init__(self, store: Store, namespace: str) -> None:
         self.namespace = namespace
-        self._db = db
-        self._tables = Tables(namespace)
-        self.log = TursoLog(db, self._tables)
-        self.queue = TursoQueue(db, self._tables)
-        self.stream = TursoStream(db, self._tables)
+        self._db: Database = store.db
+        self._store = store
+        self.log = TursoLog(store)
+        self.queue = TursoQueue(store)
+        self.stream = TursoStream(store)
 
     def __repr__(self) -> str:
         mode = self._db.settings.mode.value
@@ -60,13 +62,13 @@ class TursoWorld(World):
         return shown
 
     async def purge(self) -> None:
-        tables = self._tables
+        tables = self._store.tables
 
         def run(conn: Conn) -> None:
             for table in tables.data:
                 conn.exec(f"DELETE FROM {table}")
 
-        await self._db.run(run, tx=Tx.WRITE)
+        await self._store.use(run, lambda: None, tx=Tx.WRITE)
 
     async def aclose(self) -> None:
         await self._db.aclose()
@@ -81,6 +83,12 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Turs
             (auth token, embedded replica path, timeouts).
         namespace: the table prefix (``w_<namespace>_...``) isolating this World.
 
+    Opening creates nothing: neither the namespace's tables nor a local database file that
+    does not exist yet (its folder must exist). Both are made by the first call that stores
+    something (an append, an enqueue, a stream write or close), in its own transaction; until
+    then reads answer as for an empty namespace. An embedded replica's local file is a copy of
+    the server's database and is made (synced) on opening.
+
     Raises:
         ConfigurationError: no URL, a bad one, or a bad setting (names the variable).
         BackendUnavailableError: the file cannot be opened or the server does not answer
@@ -89,10 +97,10 @@ async def connect(*, url: str | None = None, namespace: str = "default") -> Turs
     namespace = validate_namespace(namespace)
     settings = read_settings(url)
     db = await Database.open(settings)
-    tables = Tables(namespace)
+    store = Store(db, Tables(namespace))
     try:
-        await db.run(tables.create, tx=Tx.WRITE)
+        await store.check()
     except BaseException:
         await db.aclose()
         raise
-    return TursoWorld(db, namespace)
+    return TursoWorld(store, namespace)
