@@ -85,6 +85,7 @@ class MongoLog(Log):
             )
         world = self._world
         world.check_open()
+        await world.make_storage()
         set_fields = {"status": status} if status is not None else None
         with translate("append to a log"):
             # Start from the head this process committed last, when it has one: the commit

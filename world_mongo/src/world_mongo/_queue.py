@@ -119,6 +119,7 @@ class MongoQueue(Queue):
         )
         world = self._world
         world.check_open()
+        await world.make_storage()
         fields: Doc = {
             "q": _lit(queue),
             "p": _lit(payload),

@@ -50,6 +50,7 @@ class MongoStream(Stream):
             )
         world = self._world
         world.check_open()
+        await world.make_storage()
         items = list(chunks)
         with translate("write to a stream"):
             # As in Log.append: a remembered head saves the read; the commit's filter (count,
@@ -93,6 +94,7 @@ class MongoStream(Stream):
         validate_id(stream_id, "stream_id")
         world = self._world
         world.check_open()
+        await world.make_storage()
         self._seg.forget(stream_id)
         with translate("close a stream"):
             while True:

@@ -63,6 +63,10 @@ class MongoWorld(World):
     Collections ``world.<namespace>.log_heads``, ``.log_segments``, ``.stream_heads``,
     ``.stream_segments`` and ``.queue``. See the package README for the design and for which
     guarantee rests on what.
+
+    Opening creates nothing: the collections and their indexes are made by the first call
+    that stores something (an append, an enqueue, a stream write or close), before its first
+    document, once per World. Reads of a namespace that has none answer as empty.
     """
 
     name = "mongo"
@@ -101,6 +105,8 @@ class MongoWorld(World):
         self.stream = MongoStream(self, self._stream_segments)
         self._relay: asyncio.Task[None] | None = None
         self._relay_live = False
+        self._made = False
+        self._making = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"MongoWorld(database={self._database!r}, namespace={self.namespace!r})"
@@ -134,7 +140,18 @@ class MongoWorld(World):
     def _set_relay_live(self, live: bool) -> None:
         self._relay_live = live
 
-    async def _open(self) -> None:
+    async def make_storage(self) -> None:
+        """Create the namespace's collections and indexes if missing. Every call that stores
+        a document awaits this first: the unique indexes must exist before the first document.
+        The work is done once per World (concurrent first calls wait for one another); other
+        Worlds and processes may do it at the same time, which is harmless."""
+        if self._made:
+            return
+        async with self._making:
+            if not self._made:  # unless a concurrent first call did it meanwhile
+                await self._make_storage()
+
+    async def _make_storage(self) -> None:
         c = self._collections
         plan: dict[str, list[IndexModel]] = {
             "log_heads": [IndexModel([("status", 1), ("_id", 1)], name="status_id")],
@@ -145,7 +162,11 @@ class MongoWorld(World):
         with translate("create indexes"):
             for kind, models in plan.items():
                 await _create_indexes(c[kind], models)
+        self._made = True
+
+    async def _open(self) -> None:
         if self._replica_set:
+            c = self._collections
             kinds = {
                 c["log_heads"].name: "log",
                 c["stream_heads"].name: "stream",
@@ -192,7 +213,8 @@ async def _create_indexes(coll: AsyncCollection[Doc], models: list[IndexModel]) 
 
 
 async def connect(*, url: str | None = None, namespace: str = "default") -> MongoWorld:
-    """Open a MongoWorld.
+    """Open a MongoWorld. Creates nothing: the namespace's collections and indexes are made by
+    its first write (see :class:`MongoWorld`).
 
     Args:
         url: a ``mongodb://`` or ``mongodb+srv://`` URL; None reads ``WORKFLOW_MONGO_URL``.
