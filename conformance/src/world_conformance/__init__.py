@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from world_conformance._target import WorldTarget
     from world_conformance._world import WorldContract
     from world_conformance.journal import JournalContract
+    from world_conformance.journal_history import JournalHistoryContract
     from world_conformance.journal_order import JournalOrderContract
     from world_conformance.journal_resilience import JournalResilienceContract
     from world_conformance.journal_waits import (
@@ -57,6 +58,7 @@ __all__ = [
     "IsolationContract",
     "JournalChildContract",
     "JournalContract",
+    "JournalHistoryContract",
     "JournalOrderContract",
     "JournalResilienceContract",
     "JournalSignalContract",
@@ -85,6 +87,7 @@ _HOME = {
     "IsolationContract": "_isolation",
     "JournalChildContract": "journal_waits",
     "JournalContract": "journal",
+    "JournalHistoryContract": "journal_history",
     "JournalOrderContract": "journal_order",
     "JournalResilienceContract": "journal_resilience",
     "JournalSignalContract": "journal_waits",

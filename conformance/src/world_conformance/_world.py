@@ -13,6 +13,7 @@ from world_conformance._queue import QueueContract
 from world_conformance._storage import StorageContract
 from world_conformance._stream import StreamContract
 from world_conformance.journal import JournalContract
+from world_conformance.journal_history import JournalHistoryContract
 from world_conformance.journal_order import JournalOrderContract
 from world_conformance.journal_resilience import JournalResilienceContract
 from world_conformance.journal_waits import (
@@ -44,6 +45,7 @@ class WorldContract(
     JournalSignalContract,
     JournalVersioningContract,
     JournalChildContract,
+    JournalHistoryContract,
 ):
     """Every contract of the World SPI; a backend's test class derives from it and sets
     ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override,

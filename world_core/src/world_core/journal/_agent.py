@@ -26,6 +26,10 @@ class Agent:
             (dates, ids) out of it, or take it from the journal (``journal.now()``).
         max_model_calls: a turn that has not answered after this many model calls ends with
             a reply saying so (deterministically, so replay ends the same way).
+        history_turns: how many of the session's earlier turns the model sees (the latest
+            ones); None: all. Up to 100, a turn is opened from the session's latest
+            checkpoint at the same cost at turn 10 or 10,000; all of a long session is read
+            from the whole log. Changing it changes what replays of open turns send.
     """
 
     def __init__(
@@ -35,6 +39,7 @@ class Agent:
         tools: ToolRegistry | Iterable[Tool] = (),
         system: str | None = None,
         max_model_calls: int = 32,
+        history_turns: int | None = None,
     ) -> None:
         if (
             isinstance(max_model_calls, bool)
@@ -49,17 +54,30 @@ class Agent:
                 f"model must be a model client with an async complete(request) method "
                 f"(ScriptedModel, OpenAIChatModel), got {type(model).__name__}"
             )
+        if history_turns is not None and (
+            isinstance(history_turns, bool)
+            or not isinstance(history_turns, int)
+            or history_turns < 0
+        ):
+            raise InvalidArgumentError(
+                f"history_turns must be None or an int >= 0, got {history_turns!r}"
+            )
+        self.history_turns = history_turns
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.system = system
         self.max_model_calls = max_model_calls
 
     def conversation(self, journal: Journal) -> list[Message]:
-        """The messages the turn starts from: system, earlier turns, the user's message."""
+        """The messages the turn starts from: system, earlier turns (the last
+        ``history_turns``), the user's message."""
         messages: list[Message] = []
         if self.system:
             messages.append({"role": "system", "content": self.system})
-        for message, reply in journal.history:
+        history = journal.history
+        if self.history_turns is not None:
+            history = history[len(history) - self.history_turns :] if self.history_turns else []
+        for message, reply in history:
             messages.append({"role": "user", "content": message})
             messages.append({"role": "assistant", "content": reply})
         messages.append({"role": "user", "content": journal.user_message})

@@ -26,10 +26,10 @@ from world_core.journal._journal import (
     check_turn_id,
     digest_of,
     load_value,
-    scan_session,
     session_log_id,
     stored_value,
 )
+from world_core.journal._session import read_session
 from world_core.journal._waits import (
     PendingApproval,
     approval_signal,
@@ -169,7 +169,7 @@ class Client:
             return "unknown"
         for what in ("step/0/outcome", "step/0/intent"):
             if await get(log_id, f"turn/{turn_id}/{what}") is not None:
-                session = scan_session(await self._world.log.read(log_id))
+                session, _ = await read_session(self._world, log_id)
                 waiting = any(turn == turn_id for turn, _ in session.open_waits)
                 return "waiting" if waiting else "running"
         return "queued"
@@ -337,7 +337,7 @@ class Client:
         """Queue a wake-up for the turn waiting for signal ``name``, if one is. Read after the
         signal's append: a wait written before it is seen here; one written after it finds
         the signal itself."""
-        session = scan_session(await self._world.log.read(session_log_id(session_id)))
+        session, _ = await read_session(self._world, session_log_id(session_id))
         for (turn, step), intent in session.open_waits.items():
             if intent.get("signal") != name or (turn_id is not None and turn != turn_id):
                 continue
@@ -351,8 +351,8 @@ class Client:
     async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """Tool calls of the session waiting for a decision (:meth:`approve`, :meth:`reject`),
         with the tool's arguments, oldest first (one read of the session log)."""
-        session = scan_session(await self._world.log.read(session_log_id(session_id)))
-        decided = {str(body.get("id")) for body in session.signals}
+        session, _ = await read_session(self._world, session_log_id(session_id))
+        decided = {str(body.get("id")) for body in session.signals}  # sent, not consumed yet
         found: list[PendingApproval] = []
         for (turn, step), intent in session.open_waits.items():
             if intent.get("kind") != "approval" or approval_signal(turn, step)[1] in decided:

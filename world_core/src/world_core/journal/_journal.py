@@ -119,6 +119,12 @@ from world_core.errors import (
 from world_core.journal._blobs import BlobRef, Blobs
 from world_core.journal._crash import CrashPoint
 from world_core.journal._model import ModelClient, ModelReply, ModelRequest, ToolCall
+from world_core.journal._session import (
+    SessionView,
+    decode_event,
+    read_session,
+    scan_session,
+)
 from world_core.journal._tools import (
     MAX_STATE_NAME_BYTES,
     Replay,
@@ -194,6 +200,7 @@ _PREVIEW_CHARS = 300
 _PENDING_FLUSH_BYTES = 1024 * 1024  # deferred outcomes are written once they reach this
 _STEP_BYTES = 2 * 1024 * 1024  # staged values above this in all go to blobs, however small each
 _ERROR_CHARS = 2000
+_CHECKPOINT_BYTES = 512 * 1024  # a larger checkpoint is not written inline (see _checkpoint)
 _APPROVAL_ARGUMENTS_BYTES = 16 * 1024  # larger arguments are shown to approvers as a preview
 assert 5 + MAX_TURN_ID_BYTES + 6 + 10 + 7 + MAX_STATE_NAME_BYTES <= MAX_ID_BYTES
 
@@ -308,22 +315,15 @@ async def write_state(
 
 
 async def read_state(world: World, session_id: str, name: str) -> Any:
-    """The session's latest state ``name`` (one read of the session log), or None."""
+    """The session's latest state ``name`` (read from the session's latest checkpoint and
+    the events after it), or None."""
     check_state_name(name)
-    latest: dict[str, Any] | None = None
-    for event in await world.log.read(session_log_id(session_id)):
-        body = _decode(event.data)
-        if body is not None and body.get("t") == "state" and body.get("name") == name:
-            latest = body
+    session, _ = await read_session(world, session_log_id(session_id))
+    latest = session.state.get(name)
     return None if latest is None else await load_value(Blobs(world.stream), latest)
 
 
-def _decode(data: bytes) -> dict[str, Any] | None:
-    try:
-        body = json.loads(data)
-    except ValueError:
-        return None  # not ours: the session log may carry other events
-    return body if isinstance(body, dict) else None
+_decode = decode_event
 
 
 def _request_parts(payload: dict[str, Any]) -> dict[str, Any]:
@@ -458,6 +458,7 @@ class Journal:
         queue: str = DEFAULT_QUEUE,
     ) -> None:
         self._world = world
+        self._view: SessionView | None = None
         self._owner = owner
         self.queue = validate_id(queue, "queue")
         self.session_id = session_id
@@ -493,6 +494,7 @@ class Journal:
         lease_held: Callable[[], bool] | None = None,
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
+        history: int | None = None,
     ) -> Journal:
         """Load the session log (one read, plus the blobs it names) and return the journal of
         ``turn_id``.
@@ -511,6 +513,10 @@ class Journal:
                 as stale (:attr:`resumed_by`).
             queue: the queue the turn's messages are on (its worker's): child runs are
                 queued there unless told otherwise, and their ends wake this turn there.
+            history: how many earlier turns :attr:`history` must hold at least (None: all).
+                Up to :data:`~world_core.journal._session.HISTORY_WINDOW`, the turn is read
+                from the session's latest checkpoint, whatever the session's length; more
+                reads the whole log.
 
         Raises:
             InvalidIdentifierError, InvalidArgumentError: bad ids (nothing is read).
@@ -518,9 +524,13 @@ class Journal:
         log_id = session_log_id(session_id)
         check_turn_id(turn_id)
         check_blob_threshold(blob_threshold)
-        events = await world.log.read(log_id)
-        turn = await _load(events, turn_id, Blobs(world.stream))
-        return cls(
+        if history is not None and (isinstance(history, bool) or not isinstance(history, int)):
+            raise InvalidArgumentError(f"history must be None or an int >= 0, got {history!r}")
+        if history is not None and history < 0:
+            raise InvalidArgumentError(f"history must be None or an int >= 0, got {history!r}")
+        view, events = await _open_view(world, log_id, turn_id, history)
+        turn = await _load(view, events, turn_id, Blobs(world.stream))
+        journal = cls(
             world,
             session_id,
             turn_id,
@@ -533,6 +543,10 @@ class Journal:
             owner=owner,
             queue=queue,
         )
+        journal._view = view
+        if history is not None and len(turn.past) > history:
+            turn.past = turn.past[len(turn.past) - history :]
+        return journal
 
     # -- what the turn is about ----------------------------------------------------------------
 
@@ -941,7 +955,7 @@ class Journal:
             lambda: stored_value(self._blobs, reply, self._blob_threshold)
         )
         body = {"steps": self._next, **({"reply": reply} if "value" in stored else stored)}
-        await self._append([self._event("reply", body)])
+        await self._append([self._event("reply", body), *self._checkpoint()])
         self._turn.reply = reply
         return reply
 
@@ -967,7 +981,7 @@ class Journal:
         if self._raised is not None and self._raised[0] is error:
             record["step"] = self._raised[1]  # the step whose recorded outcome is this error
         try:
-            await self._write([self._event("failure", record)])
+            await self._write([self._event("failure", record), *self._checkpoint()])
         except DuplicateKeyError as exc:
             existing = _decode(exc.existing.data) or {}
             if existing.get("t") != "failure":
@@ -1003,6 +1017,19 @@ class Journal:
         return True
 
     # -- machinery -------------------------------------------------------------------------------
+
+    def _checkpoint(self) -> list[NewEvent]:
+        """The session's checkpoint as this Journal read it (see _session), to ride with the
+        turn's end; a marker when it would be too large to carry inline (readers then read
+        the whole log)."""
+        if self._view is None:
+            return []
+        body = self._view.checkpoint(as_of=self._turn.tail)
+        body["turn"] = self.turn_id
+        data = canonical_json(body)
+        if len(data) > _CHECKPOINT_BYTES:
+            data = canonical_json({"t": "checkpoint", "turn": self.turn_id, "too_large": True})
+        return [NewEvent(key=f"turn/{self.turn_id}/checkpoint", data=data)]
 
     def _event(self, what: str, body: dict[str, Any], step: int | None = None) -> NewEvent:
         key = (
@@ -1253,9 +1280,9 @@ class Journal:
     async def _find_signal(self, name: str, turn: str | None) -> dict[str, Any] | None:
         """The first signal ``name`` in the log, addressed to this turn (or, unless ``turn``
         is given, to the session), that no wait consumed yet."""
-        session = scan_session(await self._world.log.read(self._log_id))
+        session, _ = await read_session(self._world, self._log_id)
         for body in session.signals:
-            if body.get("name") != name or str(body.get("id")) in session.consumed:
+            if body.get("name") != name:
                 continue
             target = body.get("turn")
             if target == self.turn_id or (target is None and turn is None):
@@ -1511,81 +1538,9 @@ async def _run_tool(tool: Tool, args: dict[str, Any], context: ToolContext) -> d
         return {"error": f"tool returned a value that is not JSON: {exc}"}
 
 
-@dataclass
-class _Session:
-    """What one read of a session log says about its turns (see :func:`scan_session`)."""
-
-    tail: int = 0
-    inputs: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    """turn -> (seq of its input, the input event's body)"""
-    replies: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    failures: dict[str, dict[str, Any]] = field(default_factory=dict)
-    parks: dict[str, list[str]] = field(default_factory=dict)
-    """turn -> ids of the queue messages handed on while an earlier turn ran, in order"""
-    kicks: dict[str, int] = field(default_factory=dict)
-    """turn -> messages sent to run it once the turns before it had ended"""
-    state: dict[str, dict[str, Any]] = field(default_factory=dict)
-    signals: list[dict[str, Any]] = field(default_factory=list)
-    """every signal's body, in log order"""
-    consumed: set[str] = field(default_factory=set)
-    """ids of the signals a wait consumed"""
-    open_waits: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
-    """(turn, step) -> the intent of a wait that has no outcome yet"""
-
-    def finished(self, turn_id: str) -> bool:
-        return turn_id in self.replies or turn_id in self.failures
-
-    def in_order(self) -> list[str]:
-        """Every submitted turn, in submission order (the order of their inputs in the log)."""
-        return [turn for turn, _ in sorted(self.inputs.items(), key=lambda item: item[1][0])]
-
-    def earliest_unfinished(self, before: str | None = None) -> str | None:
-        """The first submitted turn without a reply or failure (only among those submitted
-        before ``before``, when given): the one turn of the session that may run now."""
-        for turn in self.in_order():
-            if turn == before:
-                return None
-            if not self.finished(turn):
-                return turn
-        return None
-
-
-def scan_session(events: list[Event]) -> _Session:
-    """Turn order, ends, hand-ons and state from a session log's events."""
-    session = _Session(tail=events[-1].seq if events else 0)
-    for event in events:
-        body = _decode(event.data)
-        if body is None:
-            continue
-        what, turn_of = body.get("t"), str(body.get("turn"))
-        if what == "state":
-            session.state[str(body.get("name"))] = body
-        elif what == "doc":  # written before state events existed
-            session.state[f"doc/{body.get('name')}"] = body
-        elif what == "input":
-            session.inputs[turn_of] = (event.seq, body)
-        elif what == "reply":
-            session.replies[turn_of] = (event.seq, body)
-        elif what == "failure":
-            session.failures[turn_of] = body
-        elif what == "park":
-            session.parks.setdefault(turn_of, []).append(str(body.get("message")))
-        elif what == "kick":
-            session.kicks[turn_of] = session.kicks.get(turn_of, 0) + 1
-        elif what == "signal":
-            session.signals.append(body)
-        elif what == "intent" and body.get("kind") in WAIT_KINDS:
-            session.open_waits[turn_of, int(body["step"])] = body
-        elif what == "outcome" and body.get("kind") in WAIT_KINDS:
-            session.open_waits.pop((turn_of, int(body["step"])), None)
-            consumed = body.get("result", {}).get("signal")
-            if isinstance(consumed, dict):
-                session.consumed.add(str(consumed.get("signal_id")))
-    return session
-
-
-async def _load(events: list[Event], turn_id: str, blobs: Blobs) -> _Turn:
-    session = scan_session(events)
+async def _load(session: SessionView, events: list[Event], turn_id: str, blobs: Blobs) -> _Turn:
+    """Turn ``turn_id`` from the session's view and the events read (every step of the turn
+    is among them: see :func:`_open_view`)."""
     turn = _Turn(tail=session.tail, parked=list(session.parks.get(turn_id, [])))
     for event in events:
         body = _decode(event.data)
@@ -1622,6 +1577,29 @@ async def _load(events: list[Event], turn_id: str, blobs: Blobs) -> _Turn:
     if turn_id in session.replies:
         turn.reply = await _text(blobs, session.replies[turn_id][1], "reply")
     return turn
+
+
+async def _open_view(
+    world: World, log_id: str, turn_id: str, history: int | None
+) -> tuple[SessionView, list[Event]]:
+    """The session view and events a Journal of ``turn_id`` needs: from the latest checkpoint
+    when that holds all of it (the turn is not finished, none of its steps is before the
+    checkpoint, and the history asked for is kept), else from the whole log."""
+    view, events = await read_session(world, log_id)
+    if not view.checkpointed:
+        return view, events
+    enough = (
+        turn_id in view.inputs
+        and not view.finished(turn_id)
+        and turn_id not in view.checkpoint_started
+    )
+    if enough and view.pruned:
+        before = [t for t in view.in_order() if t != turn_id and view.finished(t)]
+        kept = len([t for t in before if view.inputs[t][0] < view.inputs[turn_id][0]])
+        enough = history is not None and history <= kept
+    if enough:
+        return view, events
+    return await read_session(world, log_id, full=True)
 
 
 async def _text(blobs: Blobs, body: dict[str, Any], name: str) -> str:

@@ -41,7 +41,8 @@ from typing import Any
 
 from world_core.errors import ConflictError, DuplicateKeyError, WorldError
 from world_core.journal._client import Client, turn_message, turn_queue_key
-from world_core.journal._journal import canonical_json, scan_session, session_log_id
+from world_core.journal._journal import canonical_json, session_log_id
+from world_core.journal._session import read_session
 from world_core.journal._waits import child_signal
 from world_core.spi import NewEvent, OutboxMessage, World
 
@@ -73,7 +74,7 @@ async def hand_on(world: World, session_id: str, queue: str, *, after: str) -> s
     """
     log_id = session_log_id(session_id)
     for _ in range(HAND_ON_TRIES):
-        session = scan_session(await world.log.read(log_id))
+        session, _ = await read_session(world, log_id)
         turn = session.earliest_unfinished()
         if turn is None:
             return None

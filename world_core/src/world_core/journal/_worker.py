@@ -345,6 +345,7 @@ class Worker:
                 tg.start_soon(on_stop, stop)
             with anyio.move_on_after(self.turn_timeout) as turn_scope:
                 try:
+                    agent = self._make_agent()
                     for _ in range(HAND_ON_TRIES):
                         journal = await Journal.open(
                             self.world,
@@ -355,6 +356,7 @@ class Worker:
                             lease_held=lease_held,
                             owner=lease.message_id,
                             queue=self.queue,
+                            history=getattr(agent, "history_turns", None),
                         )
                         if lease.message_id in journal.parked_messages:
                             parked = True  # handed on before (its worker died before the ack)
@@ -391,7 +393,7 @@ class Worker:
                                 "finishing (its workers died or lost their leases each time); "
                                 "see the workers' logs, fix the cause, then resubmit it"
                             )
-                        reply = await self._make_agent().run_turn(journal)
+                        reply = await agent.run_turn(journal)
                         if journal.recorded_reply is None:
                             raise TurnIncompleteError(
                                 f"the agent's run_turn returned {reply!r:.80} without recording "

@@ -1,0 +1,225 @@
+"""The session as the journal sees it, read in bounded time from its latest checkpoint.
+
+A session log grows with every turn; what a turn needs of it does not: the turns not finished
+yet (their order, parks, kicks, waits), the last few finished turns (history), the session's
+state, and the signals no wait consumed yet. Each turn's end (its reply or failure) carries a
+*checkpoint*: that view as of the log position where the ending turn's Journal read it
+(``as_of``), with finished turns beyond the last :data:`HISTORY_WINDOW` dropped. A reader
+finds the latest checkpoint near the tail (:data:`CHECKPOINT_SEARCH` events back, then
+further), and applies the events after ``as_of`` to it: the cost is that of the turns since,
+not of the session's length.
+
+A reader that needs more than a checkpoint holds (older history, the steps of a turn that
+ran before the checkpoint was taken, a finished turn's full past) reads the whole log
+instead (:func:`read_session` with ``full=True``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from world_core.journal._waits import WAIT_KINDS
+from world_core.spi import Event, World
+
+__all__ = [
+    "CHECKPOINT_SEARCH",
+    "HISTORY_WINDOW",
+    "SessionView",
+    "decode_event",
+    "read_session",
+    "scan_session",
+]
+
+HISTORY_WINDOW = 100
+"""Finished turns a checkpoint keeps (message and reply or failure): the history a turn can
+have without reading the whole log."""
+
+CHECKPOINT_SEARCH = 256
+"""Events read back from the tail to find the latest checkpoint (eight times more on each
+further try, up to the whole log)."""
+
+
+def decode_event(data: bytes) -> dict[str, Any] | None:
+    """A journal event's JSON body, or None for an event that is not one (the session log may
+    carry other events)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+@dataclass
+class SessionView:
+    """What the session log says about its turns, as of ``tail``."""
+
+    tail: int = 0
+    inputs: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    """turn -> (seq of its input, the input event's body)"""
+    replies: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    failures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parks: dict[str, list[str]] = field(default_factory=dict)
+    """turn -> ids of the queue messages handed on while an earlier turn ran, in order"""
+    kicks: dict[str, int] = field(default_factory=dict)
+    """turn -> messages sent to run it once the turns before it had ended"""
+    state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    """the bodies of the signals no wait consumed yet, in log order"""
+    open_waits: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    """(turn, step) -> the intent of a wait that has no outcome yet"""
+    started: set[str] = field(default_factory=set)
+    """unfinished turns with at least one step recorded"""
+    pruned: bool = False
+    """True when finished turns before the kept ones were dropped (a checkpoint's view)"""
+    checkpoint_started: frozenset[str] = frozenset()
+    """the turns the checkpoint this view grew from lists as started: their first steps are
+    before it, so a Journal of one of them reads the whole log"""
+    checkpointed: bool = False
+    """True when the view grew from a checkpoint (not from the whole log)"""
+
+    def finished(self, turn_id: str) -> bool:
+        return turn_id in self.replies or turn_id in self.failures
+
+    def in_order(self) -> list[str]:
+        """The submitted turns it knows, in submission order (the order of their inputs)."""
+        return [turn for turn, _ in sorted(self.inputs.items(), key=lambda item: item[1][0])]
+
+    def earliest_unfinished(self, before: str | None = None) -> str | None:
+        """The first submitted turn without a reply or failure (only among those submitted
+        before ``before``, when given): the one turn of the session that may run now."""
+        for turn in self.in_order():
+            if turn == before:
+                return None
+            if not self.finished(turn):
+                return turn
+        return None
+
+    def apply(self, event: Event) -> None:
+        """Take one more event of the log into the view."""
+        body = decode_event(event.data)
+        self.tail = max(self.tail, event.seq)
+        if body is None:
+            return
+        what, turn_of = body.get("t"), str(body.get("turn"))
+        if what == "state":
+            self.state[str(body.get("name"))] = body
+        elif what == "doc":  # written before state events existed
+            self.state[f"doc/{body.get('name')}"] = body
+        elif what == "input":
+            self.inputs[turn_of] = (event.seq, body)
+        elif what == "reply":
+            self.replies[turn_of] = (event.seq, body)
+            self._ended(turn_of)
+        elif what == "failure":
+            self.failures[turn_of] = body
+            self._ended(turn_of)
+        elif what == "park":
+            self.parks.setdefault(turn_of, []).append(str(body.get("message")))
+        elif what == "kick":
+            self.kicks[turn_of] = self.kicks.get(turn_of, 0) + 1
+        elif what == "signal":
+            self.signals.append(body)
+        elif what in ("intent", "outcome"):
+            if not self.finished(turn_of):
+                self.started.add(turn_of)
+            if body.get("kind") not in WAIT_KINDS:
+                return
+            step = int(body["step"])
+            if what == "intent":
+                self.open_waits[turn_of, step] = body
+                return
+            self.open_waits.pop((turn_of, step), None)
+            consumed = body.get("result", {}).get("signal")
+            if isinstance(consumed, dict):
+                gone = str(consumed.get("signal_id"))
+                self.signals = [s for s in self.signals if str(s.get("id")) != gone]
+
+    def _ended(self, turn: str) -> None:
+        self.started.discard(turn)
+        for key in [key for key in self.open_waits if key[0] == turn]:
+            del self.open_waits[key]
+
+    def checkpoint(self, as_of: int) -> dict[str, Any]:
+        """This view as a checkpoint body (as of log position ``as_of``): finished turns
+        beyond the last :data:`HISTORY_WINDOW` dropped."""
+        order = self.in_order()
+        finished = [turn for turn in order if self.finished(turn)]
+        keep = set(finished[-HISTORY_WINDOW:]) | {t for t in order if not self.finished(t)}
+        return {
+            "t": "checkpoint",
+            "as_of": as_of,
+            "inputs": {t: list(self.inputs[t]) for t in order if t in keep},
+            "replies": {t: list(v) for t, v in self.replies.items() if t in keep},
+            "failures": {t: v for t, v in self.failures.items() if t in keep},
+            "parks": {t: v for t, v in self.parks.items() if not self.finished(t)},
+            "kicks": {t: v for t, v in self.kicks.items() if not self.finished(t)},
+            "state": self.state,
+            "signals": self.signals,
+            "open_waits": [[t, n, intent] for (t, n), intent in self.open_waits.items()],
+            "started": sorted(self.started),
+            "pruned": self.pruned or len(finished) > HISTORY_WINDOW,
+        }
+
+    @classmethod
+    def from_checkpoint(cls, body: dict[str, Any]) -> SessionView:
+        started = {str(t) for t in body.get("started", [])}
+        return cls(
+            tail=int(body["as_of"]),
+            inputs={t: (int(v[0]), v[1]) for t, v in body.get("inputs", {}).items()},
+            replies={t: (int(v[0]), v[1]) for t, v in body.get("replies", {}).items()},
+            failures=dict(body.get("failures", {})),
+            parks={t: list(v) for t, v in body.get("parks", {}).items()},
+            kicks={t: int(v) for t, v in body.get("kicks", {}).items()},
+            state=dict(body.get("state", {})),
+            signals=list(body.get("signals", [])),
+            open_waits={(str(t), int(n)): intent for t, n, intent in body.get("open_waits", [])},
+            started=set(started),
+            pruned=bool(body.get("pruned")),
+            checkpoint_started=frozenset(started),
+            checkpointed=True,
+        )
+
+
+def scan_session(events: list[Event], base: SessionView | None = None) -> SessionView:
+    """The view ``events`` give, applied to ``base`` (a checkpoint's view) or from nothing."""
+    view = base if base is not None else SessionView()
+    for event in events:
+        view.apply(event)
+    return view
+
+
+async def read_session(
+    world: World, log_id: str, *, full: bool = False
+) -> tuple[SessionView, list[Event]]:
+    """The session as of the log's tail, and the events read after the checkpoint it grew
+    from (all events with ``full`` or when there is no checkpoint). Checkpoints stored as
+    blobs are not read here: such a view is read whole (``full``)."""
+    if full:
+        events = await world.log.read(log_id)
+        return scan_session(events), events
+    tail = await world.log.tail(log_id)
+    window = CHECKPOINT_SEARCH
+    while True:
+        after = max(0, tail - window)
+        events = await world.log.read(log_id, after=after)
+        for index in range(len(events) - 1, -1, -1):
+            body = decode_event(events[index].data)
+            if body is None or body.get("t") != "checkpoint":
+                continue
+            if "as_of" not in body or "inputs" not in body:
+                break  # a checkpoint too large to be inline: read the whole log
+            as_of = int(body["as_of"])
+            if as_of < after:
+                later = await world.log.read(log_id, after=as_of)
+            else:
+                later = [event for event in events if event.seq > as_of]
+            return scan_session(later, SessionView.from_checkpoint(body)), later
+        else:
+            if after > 0:
+                window *= 8
+                continue
+            return scan_session(events), events
+        events = await world.log.read(log_id)
+        return scan_session(events), events
