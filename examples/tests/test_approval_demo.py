@@ -65,9 +65,10 @@ def test_world_demo_approval_json_meets_every_target(tmp_path: Path) -> None:
     points: list[dict[str, Any]] = report["crash_points"]
     assert [p["crash_at"] for p in points] == POINTS
     for point in points:
-        cut_off = point["crash_at"] == "4:before_run"  # the model asks again: a new approval
         assert point["crashed"] is True, point
-        assert point["approvals_consumed"] == point["approvals_target"] == (2 if cut_off else 1)
+        # One approval, also where the model sends again after a cut-off send (4:before_run):
+        # the approval given covers the retry of the same call.
+        assert point["approvals_consumed"] == point["approvals_target"] == 1, point
         assert point["approvals_asked"] == point["approvals_consumed"], point
         assert point["approvals_given"] == point["approvals_consumed"], point
         assert point["approved_by"] == ["demo-reviewer"] * point["approvals_consumed"], point
@@ -136,9 +137,9 @@ def test_world_demo_approval_text_explains_itself_in_the_given_folder_and_namesp
     rows = [line.split()[0] for line in table.splitlines() if line[:1].isdigit()]
     assert rows == POINTS
     marked = [line.split()[0] for line in table.splitlines() if line.endswith(" *")]
-    assert marked == ["4:before_run"]
+    assert "4:before_run" in marked
     assert "    crash > suspended > approve > done" in table
-    assert "a new approval" in table
+    assert "the approval already given covers it" in table
     assert header in timeout_part
     assert "3:after_run                   1         0       0  identical" in timeout_part
     assert "nobody approved this" in timeout_part

@@ -210,9 +210,10 @@ class JournalTimerContract(ContractBase):
 
 
 class _Refunds:
-    """A ``never`` tool that needs approval, counting its runs."""
+    """A ``never`` tool that needs approval, counting its runs. The model calls it once, and
+    again, blindly, when told the call may or may not have happened."""
 
-    def __init__(self, approval_timeout: float = 3600.0) -> None:
+    def __init__(self, approval_timeout: float = 3600.0, timeout: float = 60.0) -> None:
         self.runs: list[int] = []
 
         async def refund(amount: int) -> str:
@@ -221,15 +222,21 @@ class _Refunds:
             return f"refunded {amount}"
 
         self.tool = tool(
-            refund, replay="never", approval="required", approval_timeout=approval_timeout
+            refund,
+            replay="never",
+            approval="required",
+            approval_timeout=approval_timeout,
+            timeout=timeout,
         )
 
     def agent(self) -> Agent:
         def policy(request: ModelRequest) -> ModelReply:
             results = [m for m in request.messages if m["role"] == "tool"]
-            if results:
+            again = bool(results) and "may or may not" in str(results[-1]["content"])
+            if results and not again:
                 return ModelReply(content=f"done: {results[-1]['content']}")
-            call = ToolCall(id="c", name="refund", arguments=json.dumps({"amount": 30}))
+            call_id = f"c{len(results)}"
+            call = ToolCall(id=call_id, name="refund", arguments=json.dumps({"amount": 30}))
             return ModelReply(tool_calls=[call])
 
         return Agent(model=ScriptedModel(policy), tools=[self.tool])
@@ -389,6 +396,34 @@ class JournalSignalContract(ContractBase):
         assert await client.reply("s", turn) == "done: refunded 30"
         with pytest.raises(NotFoundError):
             await client.approve("s", turn, step + 5, by="manager")
+
+    async def test_signals_an_approved_call_retried_after_a_crash_is_not_asked_again(
+        self, world: World
+    ) -> None:
+        """Approved, the call's worker dies before it runs the tool (its intent is durable).
+        The turn resumes: the model is told the call may or may not have happened and retries
+        it, blindly, with the same arguments: the approval covers the retry (one approval in
+        all) and the tool runs once, with the first call's idempotency key."""
+        client = Client(world, queue=QUEUE)
+        refunds = _Refunds(timeout=1.0)
+        turn = await client.submit("s", "refund me")
+        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        (pending,) = await client.pending_approvals("s")
+        await client.approve("s", turn, pending.step, by="manager")
+        crash = CrashPoint(pending.step + 1, "before_run", in_process=True)
+        await _dies(_worker(world, refunds.agent(), crash))
+        statuses = await _until_done(world, refunds.agent(), turn)
+        assert statuses[-1] == "done", statuses
+        assert "suspended" not in statuses, f"the retry asked for a second approval: {statuses}"
+        assert refunds.runs == [30], refunds.runs
+        assert await client.pending_approvals("s") == []
+        approvals = [o for o in await _events(world, "s", "outcome") if o["kind"] == "approval"]
+        consumed = [o for o in approvals if "signal" in o["result"]]
+        assert len(consumed) == 1, approvals
+        assert [o["result"] for o in approvals if "signal" not in o["result"]] == [
+            {"approved_before": pending.step}
+        ]
 
     async def test_signals_rejection_and_timeout_never_run_the_tool(self, world: World) -> None:
         """Rejected: the tool does not run, the model is told who rejected it and why. Not

@@ -80,7 +80,8 @@ class ApprovalRow:
     approved_by: list[str]
     """Who gave each approval consumed (the signal's sender: ``world approve --by``)."""
     approvals_target: int
-    """Approvals the turn should consume (2 where a cut-off send is asked for again)."""
+    """Approvals the turn should consume: 1 (a retry of a cut-off send is covered by the
+    approval already given)."""
     tool_runs: int
     """send_email runs: emails the inbox received for the turn."""
     tool_runs_target: int
@@ -179,8 +180,8 @@ async def _turn(
         problem = str(failure) if failure else f"no reply after {', '.join(workers)}"
     asked, senders = await _approvals(ctx.world, session)
     told, checked, note = _note(await _journal(ctx.world, session), "never")
-    if told and asked > 1:
-        note += ", which needed a new approval"
+    if told and checked is not None and not checked.startswith("yes"):
+        note += "; the approval already given covered the retry"
     return ApprovalRow(
         crash_at=label,
         step=plan.step,
@@ -224,7 +225,7 @@ _HEADER = f"{'crash at':<26}{'asked':>5}{'consumed':>10}{'emails':>8}  reply"
 
 def _row(row: ApprovalRow) -> Iterator[str]:
     reply = "identical" if row.reply_matches else "DIFFERENT"
-    mark = " *" if row.approvals_target > 1 else ""
+    mark = " *" if row.told_possibly_ran else ""
     extra = "" if row.crashed else "  (did not crash)"
     yield (
         f"{row.crash_at:<26}{row.approvals_asked:>5}{row.approvals_consumed:>10}"
@@ -240,7 +241,7 @@ def _plans(steps: list[str]) -> list[_Plan]:
     return [
         _Plan((f"{wait}:before_run",), "approval: intent durable, not yet suspended", True, 1, 1),
         _Plan((f"{wait}:after_run",), "approval: found, its outcome not written", True, 1, 1),
-        _Plan((f"{send}:before_run",), "send_email: intent durable, not sent", True, 2, 1),
+        _Plan((f"{send}:before_run",), "send_email: intent durable, not sent", True, 1, 1),
         _Plan((f"{send}:after_run",), "send_email: sent, its outcome not written", True, 1, 1),
         _Plan(
             (f"{wait}:before_run", f"{send}:after_run"),
@@ -269,7 +270,7 @@ def _legend(plans: list[_Plan]) -> Iterator[str]:
     yield ""
     yield "   asked     approvals the turn asked for (its approval steps)"
     yield "   consumed  approvals it consumed, read from the session log: one per ask, never one"
-    yield "             twice (target 1; 2 where marked *)"
+    yield "             twice (target 1)"
     yield "   emails    send_email runs, counted at the inbox (target 1)"
     yield "   reply     the final reply compared with the clean approved turn's (target identical)"
     yield "   below     what happened, in order: crash (a worker died at its crash point),"
@@ -279,14 +280,15 @@ def _legend(plans: list[_Plan]) -> Iterator[str]:
 
 
 def _footnote(rows: list[ApprovalRow]) -> Iterator[str]:
-    marked = [row for row in rows if row.approvals_target > 1]
+    marked = [row for row in rows if row.told_possibly_ran]
     if not marked:
         return
     deadline = f"{SEND_TIMEOUT:g} s"
-    yield "   * Cut off before it sent, send_email might still have sent: the turn was held until"
-    yield f"     its deadline ({deadline} after the send began), then the model was told the email"
-    yield '     "may or may not have happened", looked, found nothing and asked to send again: a'
-    yield "     new call, so a new approval. One approval never lets two calls run."
+    yield "   * Cut off around the send, send_email might have sent: the turn was held until its"
+    yield f"     deadline ({deadline} after the send began), then the model was told the email"
+    yield '     "may or may not have happened" and looked. Where nothing had gone out it sent'
+    yield "     again: the same call, so the approval already given covers it (no second ask)"
+    yield "     and its idempotency key is the first call's."
 
 
 def _wrapped(prefix: str, text: str, width: int = 90) -> list[str]:

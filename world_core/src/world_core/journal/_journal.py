@@ -769,6 +769,12 @@ class Journal:
         arguments = raw if len(encoded) <= _APPROVAL_ARGUMENTS_BYTES else _preview(raw)
         timeout = tool.approval_timeout
         spec = {"tool": tool.name, "arguments": arguments, "timeout": timeout}
+        earlier = self._approved_before(tool.name, digest_of(raw))
+        if earlier is not None:
+            # The model retries a call that was approved and then interrupted or failed (it
+            # may not have happened): the decision covers the retry, as its key does.
+            await self._settle_step("approval", tool.name, spec, {"approved_before": earlier})
+            return None
         result = await self._wait(
             "approval",
             tool.name,
@@ -777,6 +783,8 @@ class Journal:
             signal=signal,
             signal_turn=self.turn_id,
         )
+        if "approved_before" in result:
+            return None
         found = result.get("signal")
         if not isinstance(found, dict):
             return {
@@ -1276,6 +1284,61 @@ class Journal:
         except BaseException:
             self._next = n
             raise
+
+    def _approved_before(self, name: str, digest: str) -> int | None:
+        """The approval step that covers a retry of ``name`` with these arguments: the latest
+        earlier call of the same tool with the same arguments did not return a result (it was
+        interrupted or failed) and the step before it approved it."""
+        for m in sorted(self._turn.steps, reverse=True):
+            if m >= self._next:
+                continue
+            identity = self._turn.steps[m].identity
+            if (identity["kind"], identity["name"], identity["digest"]) != ("tool", name, digest):
+                continue
+            outcome = self._turn.steps[m].outcome
+            result = (outcome or {}).get("result", {})
+            if outcome is not None and (
+                "blob" in outcome or not ("error" in result or result.get("interrupted"))
+            ):
+                return None  # it returned: a repeat is a new request, to be approved anew
+            before = self._turn.steps.get(m - 1)
+            decided = (before.outcome or {}) if before is not None else {}
+            if decided.get("kind") != "approval":
+                return None
+            granted = decided.get("result", {})
+            signal = granted.get("signal") or {}
+            payload = signal.get("payload") if isinstance(signal, dict) else None
+            if "approved_before" in granted or (
+                isinstance(payload, dict) and payload.get("approved") is True
+            ):
+                return m - 1
+            return None
+        return None
+
+    async def _settle_step(
+        self, kind: str, name: str, spec: dict[str, Any], result: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A step whose outcome is known without running anything: recorded at once."""
+        n = self._claim_position(kind, name, digest_of(spec), spec)
+        step = self._turn.steps.get(n)
+        if step is not None and step.outcome is not None:
+            self.replayed += 1
+            recorded: dict[str, Any] = step.outcome["result"]
+            return recorded
+        identity = {
+            "kind": kind,
+            "name": name,
+            "digest": digest_of(spec),
+            "preview": _preview(spec),
+        }
+        body = {**identity, "result": result, "by": self._owner}
+        try:
+            await self._append([self._event("outcome", body, n)])
+        except BaseException:
+            self._next = n
+            raise
+        self._record(n, outcome=body)
+        return result
 
     async def _find_signal(self, name: str, turn: str | None) -> dict[str, Any] | None:
         """The first signal ``name`` in the log, addressed to this turn (or, unless ``turn``
