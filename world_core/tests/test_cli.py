@@ -166,6 +166,10 @@ def test_closed_stdout_ends_quietly(tmp_path: Path) -> None:
 
 def test_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path) -> None:
     folder = tmp_path / "world"
+    # Opening the local World creates nothing, but it removes the temporary files that dead
+    # writers left: this one going tells that the World is open.
+    (folder / "default" / "queues").mkdir(parents=True)
+    (folder / "default" / "queues" / ".tmp-left-by-a-dead-writer").touch()
     # A worker waiting for a turn that never comes: interrupted inside the event loop. The
     # agent factory (the Agent class itself) is only called when a turn arrives.
     process = subprocess.Popen(
@@ -182,7 +186,8 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 60
-        while not (folder / "default").exists():  # the World is open: the wait has begun
+        # Gone: the World is open, the wait has begun.
+        while (folder / "default" / "queues" / ".tmp-left-by-a-dead-writer").exists():
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the worker did not open its World"
             time.sleep(0.05)

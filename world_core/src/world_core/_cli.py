@@ -112,6 +112,8 @@ def _cmd_worlds(args: argparse.Namespace) -> int:
 
 
 async def _info(args: argparse.Namespace) -> int:
+    # Read-only: opening a World creates no storage (spi.World), so a mistyped --namespace or
+    # --url leaves no trace.
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
         settings = dict(world.settings())
         capabilities: dict[str, object] = world.capabilities.model_dump()
@@ -210,7 +212,11 @@ def _parser() -> argparse.ArgumentParser:
     worlds = sub.add_parser("worlds", help="list the installed Worlds")
     worlds.add_argument("--json", action="store_true", help="print JSON")
     worlds.set_defaults(run=_cmd_worlds)
-    info = sub.add_parser("info", help="show the selected World, its settings and capabilities")
+    info = sub.add_parser(
+        "info",
+        help="show the selected World, its settings and capabilities (creates nothing: a "
+        "namespace's storage is made by its first write)",
+    )
     add_world_options(info)
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(run=lambda args: anyio.run(_info, args))

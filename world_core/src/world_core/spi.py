@@ -989,6 +989,22 @@ class World(ABC):
     process (an in-memory backend included): each sees everything the other writes, and
     closing one leaves the other open. Across processes this holds where
     ``Capabilities.shared``.
+
+    Storage is created by the first write, never by opening. A namespace's storage (folders,
+    files, schemas, tables, collections, indexes, keys) is made by the first call that stores
+    something: ``Log.append``, ``Queue.enqueue``, ``Stream.write`` or ``Stream.close``. Opening
+    a World, ``capabilities``, ``settings`` (so ``world info``) and every other call on a
+    namespace without storage answer as for an empty namespace (reads empty, waits that end
+    empty, ``LeaseLostError``, ``NotFoundError``, deletes and ``purge`` no-ops) and create
+    nothing, so a mistyped namespace or URL leaves no trace. Any number of Worlds, in any
+    number of processes, may make their first write to a namespace at the same moment: every
+    one succeeds; a reader running meanwhile sees either no storage (an empty namespace) or
+    what was committed, and a waiter started before the storage existed is woken by the first
+    write like any other. Once made, storage costs a call nothing more (a cached flag, or the
+    store's own error on the rare call that finds it missing). Opening may still look (and
+    refuse a setting the first write could not use) and may bring existing storage of an
+    older layout up to date. ``StorageContract`` of ``world-conformance`` checks this, through
+    a probe of the store each backend's tests provide.
     """
 
     name: str
@@ -1042,7 +1058,8 @@ class WorldFactory(Protocol):
     ``url`` (a connection URL or, for local files, a folder) and ``namespace`` override the
     backend's environment settings; ``None`` means read the environment. ``namespace`` has
     been validated by the caller. A missing required setting raises ConfigurationError naming
-    the variable to set.
+    the variable to set. Opening creates no storage (see :class:`World`): the namespace's
+    storage is made by its first write.
     """
 
     def __call__(
