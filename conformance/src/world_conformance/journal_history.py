@@ -6,6 +6,8 @@ Reads are counted (events returned by the log), never timed.
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -18,12 +20,22 @@ from world_core import (
     Journal,
     ModelReply,
     ModelRequest,
+    PastTurn,
     ScriptedModel,
+    Worker,
     World,
+    read_state,
     session_log_id,
     write_state,
 )
-from world_core.journal._session import HISTORY_WINDOW, SessionView, read_session
+from world_core.journal._continue import HistoryLimits
+from world_core.journal._session import (
+    CONTINUED_KEY,
+    HISTORY_WINDOW,
+    SessionView,
+    read_session,
+    session_chain,
+)
 
 __all__ = ["JournalHistoryContract"]
 
@@ -76,9 +88,48 @@ async def _agree(world: World, what: str) -> None:
 
 
 class JournalHistoryContract(ContractBase):
-    """Bounded reads of long sessions."""
+    """Bounded reads of long sessions, and their continuation in fresh logs."""
 
     contract_area: ClassVar[str] = "history"
+
+    async def test_history_a_long_session_continues_in_a_fresh_log(self, world: World) -> None:
+        """With a limit of 40 events, a session of 30 turns continues in fresh logs: each
+        old log ends with a marker naming the next; the model sees the agent's summary and
+        the turns carried; the state and a signal nobody consumed yet are carried over; old
+        turns' replies are still found; the client never notices."""
+        client = Client(world, queue="q")
+        worker = Worker(
+            world,
+            _Continuing(),
+            queue="q",
+            lease=5,
+            crash=None,
+            history_limits=HistoryLimits(max_events=40, max_bytes=1 << 30),
+        )
+        await write_state(world, "s", "plan", {"step": 1})
+        await client.signal("s", "later", "kept", sender="test", signal_id="early")
+        turns = []
+        for n in range(30):
+            turns.append(await client.submit("s", f"m{n}"))
+            await _finish(worker, client, turns[-1])
+        chain = await session_chain(world, "s")
+        assert len(chain) >= 3, f"a session of 30 turns at 40 events a log stayed in {chain}"
+        for old, new in itertools.pairwise(chain):
+            marker = await world.log.get(old, CONTINUED_KEY)
+            assert marker is not None
+            assert json.loads(marker.data)["to"] == new
+        assert await client.reply("s", turns[0]) == "re: m0 (1 messages)"
+        last = await Journal.open(world, "s", turns[-1])
+        assert str(last.summary).startswith("[m0.."), last.summary
+        model = worker._make_agent().model
+        assert isinstance(model, ScriptedModel)
+        request = model.calls[-1]
+        assert request.messages[0]["role"] == "system"
+        assert "Summary of the conversation" in str(request.messages[0]["content"])
+        assert await read_state(world, "s", "plan") == {"step": 1}, "state was not carried"
+        waiting = await client.submit("s", "wait")
+        await _finish(worker, client, waiting)
+        assert await client.reply("s", waiting) == "got kept", "a pending signal was lost"
 
     async def test_history_opening_a_turn_costs_the_same_at_any_session_length(
         self, world: World
@@ -148,6 +199,30 @@ class JournalHistoryContract(ContractBase):
         assert [p.turn_id for p in journal.past_turns] == [f"t{n}" for n in range(total)]
         bounded = await Journal.open(world, "s", turn, history=HISTORY_WINDOW)
         assert _ids(bounded.past_turns) == [f"t{n}" for n in range(10, total)]
+
+
+class _Continuing(Agent):
+    """Replies from the model; the message ``wait`` waits for the signal ``later`` instead."""
+
+    def __init__(self) -> None:
+        def summarize(previous: str | None, turns: list[PastTurn]) -> str:
+            return f"{previous or ''}[{turns[0].message}..{turns[-1].message}]"
+
+        super().__init__(model=ScriptedModel(_reply), summarize=summarize, carry_turns=2)
+
+    async def run_turn(self, journal: Journal) -> str:
+        if journal.user_message == "wait":
+            signal = await journal.wait_for_signal("later", timeout=60)
+            return await journal.finish(f"got {None if signal is None else signal.payload}")
+        return await super().run_turn(journal)
+
+
+async def _finish(worker: Worker, client: Client, turn: str) -> None:
+    for _ in range(10):
+        result = await worker.run_once(wait=5)
+        if result is not None and result.turn_id == turn and result.status == "done":
+            return
+    raise AssertionError(f"turn {turn} did not finish: {await client.status('s', turn)}")
 
 
 def _ids(past: Sequence[Any]) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from world_core.errors import InvalidArgumentError
+from world_core.journal._continue import Summarize
 from world_core.journal._journal import Journal
 from world_core.journal._model import Message, ModelClient, ModelRequest
 from world_core.journal._tools import Tool, ToolRegistry
@@ -30,6 +31,11 @@ class Agent:
             ones); None: all. Up to 100, a turn is opened from the session's latest
             checkpoint at the same cost at turn 10 or 10,000; all of a long session is read
             from the whole log. Changing it changes what replays of open turns send.
+        summarize: ``summarize(previous_summary, turns) -> str | None`` (may be async):
+            when the session's log is continued in a fresh one (it grew past the worker's
+            history limits), the summary of the turns left behind; the model sees it first.
+        carry_turns: turns carried into a continued session's fresh log (besides the
+            summary, the state and pending signals).
     """
 
     def __init__(
@@ -40,6 +46,8 @@ class Agent:
         system: str | None = None,
         max_model_calls: int = 32,
         history_turns: int | None = None,
+        summarize: Summarize | None = None,
+        carry_turns: int = 20,
     ) -> None:
         if (
             isinstance(max_model_calls, bool)
@@ -63,6 +71,12 @@ class Agent:
                 f"history_turns must be None or an int >= 0, got {history_turns!r}"
             )
         self.history_turns = history_turns
+        if summarize is not None and not callable(summarize):
+            raise InvalidArgumentError(f"summarize must be callable, got {summarize!r}")
+        if isinstance(carry_turns, bool) or not isinstance(carry_turns, int) or carry_turns < 0:
+            raise InvalidArgumentError(f"carry_turns must be an int >= 0, got {carry_turns!r}")
+        self.summarize = summarize
+        self.carry_turns = carry_turns
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.system = system
@@ -74,6 +88,9 @@ class Agent:
         messages: list[Message] = []
         if self.system:
             messages.append({"role": "system", "content": self.system})
+        if journal.summary:
+            summary = f"Summary of the conversation before the turns below: {journal.summary}"
+            messages.append({"role": "system", "content": summary})
         history = journal.history
         if self.history_turns is not None:
             history = history[len(history) - self.history_turns :] if self.history_turns else []

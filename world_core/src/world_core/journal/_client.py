@@ -29,7 +29,13 @@ from world_core.journal._journal import (
     session_log_id,
     stored_value,
 )
-from world_core.journal._session import read_session
+from world_core.journal._session import (
+    append_session,
+    current_log,
+    read_session,
+    session_chain,
+    turn_log,
+)
 from world_core.journal._waits import (
     PendingApproval,
     approval_signal,
@@ -109,7 +115,7 @@ class Client:
             InvalidArgumentError: ``turn_id`` was already used with a different message, a
                 message that is not a str, or bad ids (nothing is written).
         """
-        log_id = session_log_id(session_id)
+        session_log_id(session_id)
         turn = check_turn_id(turn_id if turn_id is not None else uuid.uuid4().hex)
         if not isinstance(message, str):
             raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")
@@ -125,7 +131,17 @@ class Client:
         outbox = self._world.capabilities.outbox
         messages = [OutboxMessage(queue=self._queue, payload=payload, dedup_key=dedup)]
         try:
-            await self._world.log.append(log_id, [event], messages=messages if outbox else ())
+            if len(await session_chain(self._world, session_id)) > 1:
+                # Continued: the turn may have been submitted to an earlier generation.
+                home = await turn_log(self._world, session_id, turn)
+                found = await self._world.log.get(home, f"turn/{turn}/input")
+                if found is not None:
+                    raise DuplicateKeyError(
+                        f"turn {turn!r} exists", key=found.key or "", existing=found
+                    )
+            await append_session(
+                self._world, session_id, [event], messages=messages if outbox else ()
+            )
         except DuplicateKeyError as exc:
             existing = json.loads(exc.existing.data)
             same = existing.get("digest") == digest or existing.get("message") == message
@@ -136,7 +152,8 @@ class Client:
                 ) from None
             if await self.status(session_id, turn) != "queued":
                 return turn  # a worker has had it: its message was queued
-            if await self._world.log.get(log_id, f"turn/{turn}/park/1") is not None:
+            home = await turn_log(self._world, session_id, turn)
+            if await self._world.log.get(home, f"turn/{turn}/park/1") is not None:
                 return turn  # a worker took its message and handed it on: it was queued
             outbox = False  # unknown whether it was queued: queue it (deduplicated)
         if not outbox:
@@ -149,7 +166,8 @@ class Client:
         Raises:
             NotFoundError: the turn was never submitted.
         """
-        event = await self._world.log.get(session_log_id(session_id), f"turn/{turn_id}/input")
+        home = await turn_log(self._world, session_id, turn_id)
+        event = await self._world.log.get(home, f"turn/{turn_id}/input")
         if event is None:
             raise NotFoundError(f"turn {turn_id!r} of session {session_id!r} was never submitted")
         body = json.loads(event.data)
@@ -158,8 +176,9 @@ class Client:
 
     async def status(self, session_id: str, turn_id: str) -> TurnStatus:
         """Where the turn is: see :data:`TurnStatus` (a few keyed reads, no log scan)."""
-        log_id = session_log_id(session_id)
+        session_log_id(session_id)
         check_turn_id(turn_id)
+        log_id = await turn_log(self._world, session_id, turn_id)
         get = self._world.log.get
         if await get(log_id, f"turn/{turn_id}/reply") is not None:
             return "done"
@@ -176,14 +195,16 @@ class Client:
 
     async def reply(self, session_id: str, turn_id: str) -> str | None:
         """The turn's reply, or None while it runs, if it failed, or was never submitted."""
-        log_id = session_log_id(session_id)
-        event = await self._world.log.get(log_id, f"turn/{check_turn_id(turn_id)}/reply")
+        session_log_id(session_id)
+        log_id = await turn_log(self._world, session_id, check_turn_id(turn_id))
+        event = await self._world.log.get(log_id, f"turn/{turn_id}/reply")
         return None if event is None else await self._reply_of(event)
 
     async def failure(self, session_id: str, turn_id: str) -> TurnFailedError | None:
         """Why the turn failed (the error :meth:`wait` raises), or None if it has not."""
-        log_id = session_log_id(session_id)
-        event = await self._world.log.get(log_id, f"turn/{check_turn_id(turn_id)}/failure")
+        session_log_id(session_id)
+        log_id = await turn_log(self._world, session_id, check_turn_id(turn_id))
+        event = await self._world.log.get(log_id, f"turn/{turn_id}/failure")
         return None if event is None else _failure_of(session_id, turn_id, event)
 
     async def wait(
@@ -205,7 +226,7 @@ class Client:
                 step it stopped at); resubmit it with :meth:`resubmit` if that makes sense.
             TimeoutError: no reply or failure within ``timeout``.
         """
-        log_id = session_log_id(session_id)
+        session_log_id(session_id)
         check_turn_id(turn_id)
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -215,6 +236,7 @@ class Client:
         ):
             raise InvalidArgumentError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         with anyio.fail_after(timeout):
+            log_id = await turn_log(self._world, session_id, turn_id)
             tail = await self._world.log.tail(log_id)
             found = await self.reply(session_id, turn_id)
             if found is not None:
@@ -255,7 +277,7 @@ class Client:
             InvalidArgumentError: a bad name, sender, id or payload (not JSON), or the id was
                 used for another signal (nothing is written).
         """
-        log_id = session_log_id(session_id)
+        session_log_id(session_id)
         check_signal_name(name)
         if not isinstance(sender, str) or not sender.strip() or len(sender) > 200:
             raise InvalidArgumentError(
@@ -281,8 +303,10 @@ class Client:
             "digest": digest,
         }
         try:
-            await self._world.log.append(
-                log_id, [NewEvent(key=f"signal/{signal}", data=canonical_json(body))]
+            await append_session(
+                self._world,
+                session_id,
+                [NewEvent(key=f"signal/{signal}", data=canonical_json(body))],
             )
         except DuplicateKeyError as exc:
             existing = json.loads(exc.existing.data)
@@ -337,7 +361,7 @@ class Client:
         """Queue a wake-up for the turn waiting for signal ``name``, if one is. Read after the
         signal's append: a wait written before it is seen here; one written after it finds
         the signal itself."""
-        session, _ = await read_session(self._world, session_log_id(session_id))
+        session, _ = await read_session(self._world, await current_log(self._world, session_id))
         for (turn, step), intent in session.open_waits.items():
             if intent.get("signal") != name or (turn_id is not None and turn != turn_id):
                 continue
@@ -351,7 +375,7 @@ class Client:
     async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """Tool calls of the session waiting for a decision (:meth:`approve`, :meth:`reject`),
         with the tool's arguments, oldest first (one read of the session log)."""
-        session, _ = await read_session(self._world, session_log_id(session_id))
+        session, _ = await read_session(self._world, await current_log(self._world, session_id))
         decided = {str(body.get("id")) for body in session.signals}  # sent, not consumed yet
         found: list[PendingApproval] = []
         for (turn, step), intent in session.open_waits.items():
@@ -404,7 +428,8 @@ class Client:
         if reason is not None and not isinstance(reason, str):
             raise InvalidArgumentError(f"reason must be a str, got {type(reason).__name__}")
         name, signal_id = approval_signal(turn_id, step)
-        log_id = session_log_id(session_id)
+        session_log_id(session_id)
+        log_id = await turn_log(self._world, session_id, turn_id)
         intent = await self._world.log.get(log_id, f"turn/{turn_id}/step/{step}/intent")
         if intent is None or json.loads(intent.data).get("kind") != "approval":
             raise NotFoundError(

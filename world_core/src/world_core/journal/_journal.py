@@ -121,9 +121,13 @@ from world_core.journal._crash import CrashPoint
 from world_core.journal._model import ModelClient, ModelReply, ModelRequest, ToolCall
 from world_core.journal._session import (
     SessionView,
+    append_session,
+    current_log,
     decode_event,
     read_session,
     scan_session,
+    session_log_id,
+    turn_log,
 )
 from world_core.journal._tools import (
     MAX_STATE_NAME_BYTES,
@@ -227,13 +231,6 @@ def digest_of(value: object) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
-def session_log_id(session_id: str) -> str:
-    """The log holding a session's turns and journal."""
-    validate_id(session_id, "session_id")
-    log_id = f"session/{session_id}"
-    return validate_id(log_id, "session log id (session/<session_id>)")
-
-
 def check_turn_id(turn_id: str) -> str:
     """A turn id: a valid identifier without ``/``, at most :data:`MAX_TURN_ID_BYTES` bytes.
 
@@ -301,7 +298,7 @@ async def write_state(
 ) -> None:
     """Set the session's state ``name`` from outside a turn (one append; a blob first when
     large). Tools running later see it through ``context.state``."""
-    log_id = session_log_id(session_id)
+    session_log_id(session_id)
     check_state_name(name)
     check_blob_threshold(threshold, "threshold")
     try:
@@ -311,14 +308,15 @@ async def write_state(
         raise InvalidArgumentError(f"state {name!r}: value is not JSON: {exc}") from None
     stored = await stored_value(Blobs(world.stream), jsonable, threshold)
     data = canonical_json(_state_event(name, stored))
-    await world.log.append(log_id, [NewEvent(data=data)])
+    await append_session(world, session_id, [NewEvent(data=data)])
 
 
 async def read_state(world: World, session_id: str, name: str) -> Any:
     """The session's latest state ``name`` (read from the session's latest checkpoint and
     the events after it), or None."""
     check_state_name(name)
-    session, _ = await read_session(world, session_log_id(session_id))
+    session_log_id(session_id)
+    session, _ = await read_session(world, await current_log(world, session_id))
     latest = session.state.get(name)
     return None if latest is None else await load_value(Blobs(world.stream), latest)
 
@@ -456,6 +454,7 @@ class Journal:
         lease_held: Callable[[], bool] | None = None,
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
+        log_id: str | None = None,
     ) -> None:
         self._world = world
         self._view: SessionView | None = None
@@ -463,7 +462,8 @@ class Journal:
         self.queue = validate_id(queue, "queue")
         self.session_id = session_id
         self.turn_id = turn_id
-        self._log_id = session_log_id(session_id)
+        self._log_id = log_id if log_id is not None else session_log_id(session_id)
+        """The log of the session's generation holding this turn."""
         self._turn = turn
         self._crash = crash
         self._blob_threshold = blob_threshold
@@ -479,6 +479,8 @@ class Journal:
         self.model_calls = 0
         self.tool_runs = 0
         self.replayed = 0
+        self._appended_events = 0
+        self._appended_bytes = 0
 
     @classmethod
     async def open(
@@ -521,13 +523,14 @@ class Journal:
         Raises:
             InvalidIdentifierError, InvalidArgumentError: bad ids (nothing is read).
         """
-        log_id = session_log_id(session_id)
+        session_log_id(session_id)
         check_turn_id(turn_id)
         check_blob_threshold(blob_threshold)
         if history is not None and (isinstance(history, bool) or not isinstance(history, int)):
             raise InvalidArgumentError(f"history must be None or an int >= 0, got {history!r}")
         if history is not None and history < 0:
             raise InvalidArgumentError(f"history must be None or an int >= 0, got {history!r}")
+        log_id = await turn_log(world, session_id, turn_id)
         view, events = await _open_view(world, log_id, turn_id, history)
         turn = await _load(view, events, turn_id, Blobs(world.stream))
         journal = cls(
@@ -542,6 +545,7 @@ class Journal:
             lease_held=lease_held,
             owner=owner,
             queue=queue,
+            log_id=log_id,
         )
         journal._view = view
         if history is not None and len(turn.past) > history:
@@ -613,6 +617,23 @@ class Journal:
         if step.outcome is None and intent is not None and intent.get("kind") in WAIT_KINDS:
             return last
         return None
+
+    def near_limit(self, limits: Any) -> bool:
+        """Whether the session's log, as this Journal read it plus what it appended, is near
+        (``limits.warn_fraction`` of) a continue-as-new limit: only then is it worth reading
+        again to decide (see :mod:`world_core.journal._continue`)."""
+        if self._view is None:
+            return True
+        fraction = float(limits.warn_fraction) * 0.9
+        events = self._view.tail + self._appended_events
+        size = self._view.bytes + self._appended_bytes
+        return bool(events >= limits.max_events * fraction or size >= limits.max_bytes * fraction)
+
+    @property
+    def summary(self) -> str | None:
+        """The summary of the session's earlier generations (continue-as-new) the agent
+        wrote, or None."""
+        return None if self._view is None else self._view.summary
 
     @property
     def parent(self) -> dict[str, str] | None:
@@ -1089,6 +1110,8 @@ class Journal:
             nonlocal tried
             try:
                 await self._world.log.append(self._log_id, batch)
+                self._appended_events += len(batch)
+                self._appended_bytes += sum(len(event.data) for event in batch)
             except DuplicateKeyError as exc:
                 mine = {event.key: event.data for event in batch}
                 if tried and mine.get(exc.key) == exc.existing.data:

@@ -42,7 +42,7 @@ from typing import Any
 from world_core.errors import ConflictError, DuplicateKeyError, WorldError
 from world_core.journal._client import Client, turn_message, turn_queue_key
 from world_core.journal._journal import canonical_json, session_log_id
-from world_core.journal._session import read_session
+from world_core.journal._session import current_log, read_session, turn_log
 from world_core.journal._waits import child_signal
 from world_core.spi import NewEvent, OutboxMessage, World
 
@@ -72,8 +72,9 @@ async def hand_on(world: World, session_id: str, queue: str, *, after: str) -> s
             attempts (call it again later).
         BackendUnavailableError: as any write.
     """
-    log_id = session_log_id(session_id)
+    session_log_id(session_id)
     for _ in range(HAND_ON_TRIES):
+        log_id = await current_log(world, session_id)
         session, _ = await read_session(world, log_id)
         turn = session.earliest_unfinished()
         if turn is None:
@@ -120,8 +121,8 @@ async def _send(world: World, queue: str, session_id: str, turn: str, n: int) ->
 async def notify_parent(world: World, session_id: str, turn_id: str) -> bool:
     """After a turn ended: if it is a child run, signal its parent turn with the reply or the
     failure (idempotent: the signal id is the child's). Returns True if it had a parent."""
-    log_id = session_log_id(session_id)
-    event = await world.log.get(log_id, f"turn/{turn_id}/input")
+    session_log_id(session_id)
+    event = await world.log.get(await turn_log(world, session_id, turn_id), f"turn/{turn_id}/input")
     parent = None if event is None else json.loads(event.data).get("parent")
     if not isinstance(parent, dict):
         return False

@@ -16,20 +16,30 @@ instead (:func:`read_session` with ``full=True``).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from world_core.journal._waits import WAIT_KINDS
-from world_core.spi import Event, World
+from world_core.spi import Event, NewEvent, OutboxMessage, World, validate_id
 
 __all__ = [
     "CHECKPOINT_SEARCH",
+    "CONTINUED_KEY",
     "HISTORY_WINDOW",
     "SessionView",
+    "append_session",
+    "current_log",
     "decode_event",
+    "generation_log_id",
     "read_session",
     "scan_session",
+    "session_chain",
+    "session_log_id",
+    "turn_log",
 ]
 
 HISTORY_WINDOW = 100
@@ -78,6 +88,10 @@ class SessionView:
     before it, so a Journal of one of them reads the whole log"""
     checkpointed: bool = False
     """True when the view grew from a checkpoint (not from the whole log)"""
+    bytes: int = 0
+    """bytes of event data in this generation of the session log"""
+    summary: str | None = None
+    """the summary of earlier generations (continue-as-new), if the agent wrote one"""
 
     def finished(self, turn_id: str) -> bool:
         return turn_id in self.replies or turn_id in self.failures
@@ -100,6 +114,7 @@ class SessionView:
         """Take one more event of the log into the view."""
         body = decode_event(event.data)
         self.tail = max(self.tail, event.seq)
+        self.bytes += len(event.data)
         if body is None:
             return
         what, turn_of = body.get("t"), str(body.get("turn"))
@@ -160,6 +175,8 @@ class SessionView:
             "open_waits": [[t, n, intent] for (t, n), intent in self.open_waits.items()],
             "started": sorted(self.started),
             "pruned": self.pruned or len(finished) > HISTORY_WINDOW,
+            "bytes": self.bytes,
+            "summary": self.summary,
         }
 
     @classmethod
@@ -179,6 +196,8 @@ class SessionView:
             pruned=bool(body.get("pruned")),
             checkpoint_started=frozenset(started),
             checkpointed=True,
+            bytes=int(body.get("bytes") or 0),
+            summary=None if body.get("summary") is None else str(body["summary"]),
         )
 
 
@@ -198,7 +217,7 @@ async def read_session(
     blobs are not read here: such a view is read whole (``full``)."""
     if full:
         events = await world.log.read(log_id)
-        return scan_session(events), events
+        return _scan_generation(events), events
     tail = await world.log.tail(log_id)
     window = CHECKPOINT_SEARCH
     while True:
@@ -220,6 +239,101 @@ async def read_session(
             if after > 0:
                 window *= 8
                 continue
-            return scan_session(events), events
+            return _scan_generation(events), events
         events = await world.log.read(log_id)
-        return scan_session(events), events
+        return _scan_generation(events), events
+
+
+def _scan_generation(events: list[Event]) -> SessionView:
+    """The view of a whole log: from its first event when that is the checkpoint a
+    continuation starts from (what the earlier generations carried over), else from nothing."""
+    if events and events[0].key == CONTINUED_FROM_KEY:
+        body = decode_event(events[0].data)
+        if body is not None and "inputs" in body:
+            base = SessionView.from_checkpoint(body)
+            base.checkpointed = False  # a whole log: every step of its turns is here
+            base.checkpoint_started = frozenset()
+            return scan_session(events, base)
+    return scan_session(events)
+
+
+# -- generations (continue-as-new) ---------------------------------------------------------------
+
+CONTINUED_KEY = "session/continued"
+"""The key of the last event of a session log that was continued in a new one (``to``)."""
+
+CONTINUED_FROM_KEY = "session/continued-from"
+"""The key of the first event of a continuation: the checkpoint it starts from."""
+
+_chains: weakref.WeakKeyDictionary[World, dict[str, list[str]]] = weakref.WeakKeyDictionary()
+
+
+def session_log_id(session_id: str) -> str:
+    """The log of a session's first generation (and its id for listing): ``session/<id>``."""
+    validate_id(session_id, "session_id")
+    log_id = f"session/{session_id}"
+    return validate_id(log_id, "session log id (session/<session_id>)")
+
+
+def generation_log_id(session_id: str, generation: int, token: str) -> str:
+    """The log of a continuation: fixed length whatever the session id (its first event
+    names the session), unique per attempt (``token``)."""
+    if generation == 0:
+        return session_log_id(session_id)
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"sessiongen/{digest}/{generation}-{token}"
+
+
+async def session_chain(world: World, session_id: str) -> list[str]:
+    """The logs of the session's generations, oldest first; the last is the current one.
+    Follows the ``continued`` markers from where this process last saw the chain end (one
+    keyed read when nothing changed)."""
+    known = _chains.setdefault(world, {})
+    chain = list(known.get(session_id) or [session_log_id(session_id)])
+    while True:
+        marker = await world.log.get(chain[-1], CONTINUED_KEY)
+        if marker is None:
+            break
+        body = decode_event(marker.data) or {}
+        chain.append(str(body["to"]))
+    known[session_id] = chain
+    return chain
+
+
+async def current_log(world: World, session_id: str) -> str:
+    """The log of the session's current generation."""
+    return (await session_chain(world, session_id))[-1]
+
+
+async def turn_log(world: World, session_id: str, turn_id: str) -> str:
+    """The log holding turn ``turn_id``: the newest generation with its input (a turn lives
+    in one generation; an input that landed in a generation already continued was written
+    again to the next), else the current one."""
+    chain = await session_chain(world, session_id)
+    if len(chain) == 1:
+        return chain[0]
+    for log_id in reversed(chain):
+        if await world.log.get(log_id, f"turn/{turn_id}/input") is not None:
+            return log_id
+    return chain[-1]
+
+
+async def append_session(
+    world: World,
+    session_id: str,
+    events: Sequence[NewEvent],
+    *,
+    messages: Sequence[OutboxMessage] = (),
+) -> str:
+    """Append ``events`` (atomically, with ``messages`` where the World has an outbox) to the
+    session's current generation; returns that log. When the generation was continued just
+    before the append landed (the marker is before it), the events are written again to the
+    next one."""
+    while True:
+        log_id = await current_log(world, session_id)
+        tail = await world.log.append(log_id, events, messages=messages)
+        marker = await world.log.get(log_id, CONTINUED_KEY)
+        if marker is None or marker.seq > tail:
+            # Not continued, or continued after these events: the continuation read them
+            # (its marker is appended only on the tail it read) and carried them over.
+            return log_id

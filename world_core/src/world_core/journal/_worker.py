@@ -64,6 +64,7 @@ from world_core.errors import (
 )
 from world_core.journal._agent import Agent
 from world_core.journal._client import DEFAULT_QUEUE, turn_queue_key
+from world_core.journal._continue import HistoryLimits, maybe_continue
 from world_core.journal._crash import CrashPoint, SimulatedCrash, crash_point_from_env
 from world_core.journal._journal import Journal, canonical_json, check_turn_id, session_log_id
 from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on, notify_parent
@@ -180,6 +181,8 @@ class Worker:
         turn_timeout: seconds one attempt of a turn may run; past it the turn is cancelled and
             its failure recorded (a ``never`` call in flight still ends first, within its
             own timeout).
+        history_limits: when a session's log is continued in a fresh one (see
+            :mod:`world_core.journal._continue`); default :meth:`HistoryLimits.from_env`.
     """
 
     def __init__(
@@ -196,6 +199,7 @@ class Worker:
         retry_delay: float = 1.0,
         max_attempts: int = 5,
         turn_timeout: float = 3600.0,
+        history_limits: HistoryLimits | None = None,
     ) -> None:
         if validate_duration(lease, "lease") <= 0:
             raise InvalidArgumentError("lease must be > 0 seconds")
@@ -213,6 +217,9 @@ class Worker:
         self.grace = validate_duration(grace, "grace")
         self.retry_delay = validate_duration(retry_delay, "retry_delay")
         self.max_attempts = max_attempts
+        self.history_limits = (
+            history_limits if history_limits is not None else HistoryLimits.from_env()
+        )
         self.turn_timeout = float(turn_timeout)
 
     def _make_agent(self) -> Agent:
@@ -303,6 +310,7 @@ class Worker:
         error: BaseException | None = None
         parked = False
         stale = False
+        agent: Agent | None = None
         suspended: TurnSuspended | None = None
 
         def lease_held() -> bool:  # called from tools' threads too: no event loop calls
@@ -438,7 +446,7 @@ class Worker:
             return TurnResult(session_id, turn_id, "shutdown", **counts)
         if error is None and journal is not None and journal.failure is not None:
             # Failed before (recorded by an earlier attempt): nothing more to do.
-            if not await self._hand_on(current, session_id, turn_id):
+            if not await self._hand_on(current, session_id, turn_id, agent, journal):
                 return TurnResult(session_id, turn_id, "retry", error="handing on", **counts)
             await self._settle(current, ack=True)
             failure = journal.failure
@@ -464,7 +472,7 @@ class Worker:
                 recorded = await self._record_failure(
                     session_id, turn_id, journal, error, lease.attempt
                 )
-                if recorded and await self._hand_on(current, session_id, turn_id):
+                if recorded and await self._hand_on(current, session_id, turn_id, agent, journal):
                     log.error("turn %s/%s failed: %s", session_id, turn_id, _describe(error))
                     await self._settle(current, ack=True)
                     return TurnResult(
@@ -474,7 +482,7 @@ class Worker:
             delay = min(60.0, self.retry_delay * 2 ** max(0, lease.attempt - 1))
             await self._settle(current, ack=False, delay=delay)
             return TurnResult(session_id, turn_id, "retry", error=_describe(error), **counts)
-        if not await self._hand_on(current, session_id, turn_id):
+        if not await self._hand_on(current, session_id, turn_id, agent, journal):
             return TurnResult(session_id, turn_id, "retry", error="handing on", **counts)
         acked = await self._settle(current, ack=True)
         status: Status = "done" if acked else "lease_lost"
@@ -536,14 +544,30 @@ class Worker:
         )
         await self._settle(lease, ack=True)
 
-    async def _hand_on(self, lease: Lease, session_id: str, turn_id: str) -> bool:
-        """The turn has ended: see that the session's next turn runs (see _order) and, for a
-        child run, tell its parent. False if that could not be done now: the message was
+    async def _hand_on(
+        self,
+        lease: Lease,
+        session_id: str,
+        turn_id: str,
+        agent: Agent | None,
+        journal: Journal | None,
+    ) -> bool:
+        """The turn has ended: see that the session's next turn runs (see _order), for a child
+        run tell its parent, and continue the session in a fresh log if it grew past the
+        limits (see _continue). False if that could not be done now: the message was
         released to try again later."""
         with anyio.CancelScope(shield=True):
             try:
-                await hand_on(self.world, session_id, self.queue, after=turn_id)
+                handed = await hand_on(self.world, session_id, self.queue, after=turn_id)
                 await notify_parent(self.world, session_id, turn_id)
+                if handed is None and (journal is None or journal.near_limit(self.history_limits)):
+                    await maybe_continue(
+                        self.world,
+                        session_id,
+                        limits=self.history_limits,
+                        summarize=getattr(agent, "summarize", None),
+                        carry_turns=getattr(agent, "carry_turns", 20),
+                    )
             except Exception as exc:
                 log.warning(
                     "turn %s/%s ended, but handing on to the next turn failed: %s; retrying",
