@@ -6,6 +6,7 @@ signals, versioning); these tests cover what sits on top, on the local World.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -31,7 +32,7 @@ from world_core import (
     sign_signal,
     tool,
 )
-from world_core.errors import ConfigurationError, InvalidArgumentError
+from world_core.errors import ConfigurationError, InvalidArgumentError, ToolError
 
 pytestmark = pytest.mark.anyio
 
@@ -83,9 +84,8 @@ async def test_a_signed_webhook_wakes_the_turn_and_a_forged_one_is_refused(
     client = Client(world)
     turn = await client.submit("s", "wait for payment")
     assert (await _finish_once(world)) == "suspended"
-    body = json.dumps(
-        {"name": "paid", "id": "evt_1", "sender": "webhook:payments", "payload": {"amount": 30}}
-    ).encode()
+    message = {"session": "s", "name": "paid", "id": "evt_1", "sender": "webhook:payments"}
+    body = json.dumps({**message, "payload": {"amount": 30}}).encode()
     signature = sign_signal(body, key=KEY)
     assert signature.startswith("sha256=")
     before = len(await world.log.read(session_log_id("s")))
@@ -100,6 +100,9 @@ async def test_a_signed_webhook_wakes_the_turn_and_a_forged_one_is_refused(
             await client.signal_from_webhook("s", bad_body, bad_signature, key=key)
         assert KEY not in str(caught.value)
         assert KEY[::-1] not in str(caught.value)
+    other = json.dumps({**message, "session": "bob", "payload": {"amount": 30}}).encode()
+    with pytest.raises(InvalidArgumentError, match="is for session 'bob'"):
+        await client.signal_from_webhook("s", other, sign_signal(other, key=KEY), key=KEY)
     assert len(await world.log.read(session_log_id("s"))) == before, "a refused signal wrote"
     assert await client.signal_from_webhook("s", body, signature, key=KEY) == "evt_1"
     assert await client.signal_from_webhook("s", body, signature, key=KEY) == "evt_1"  # retried
@@ -147,6 +150,13 @@ async def test_bad_waits_and_signals_are_refused_before_anything_is_written(
     assert journal.position == 0
     with pytest.raises(InvalidArgumentError, match="sender"):
         await client.signal("s", "go", sender="")
+    with pytest.raises(InvalidArgumentError, match="more than 65536"):
+        await client.signal("s", "go", "x" * 70_000, sender="x")
+    for reserved in ({"name": "approval/3"}, {"name": "go", "signal_id": "child/x"}):
+        with pytest.raises(InvalidArgumentError, match="reserved"):
+            await client.signal("s", sender="x", **reserved)
+    with pytest.raises(InvalidArgumentError, match="ten years"):
+        await journal.sleep(20 * 366 * 86400)
     with pytest.raises(InvalidArgumentError, match="not JSON"):
         await client.signal("s", "go", float("nan"), sender="x")
 
@@ -235,3 +245,48 @@ async def test_world_signal_as_a_command(world: World, folder: str) -> None:
     assert sent.returncode == 0, sent.stderr
     assert await _finish(world, _Waiter()) == ["done"]
     assert await client.reply("s", turn) == "ok from ops"
+
+
+class _Swallower(Agent):
+    """Catches everything around a wait (what agent code must not do)."""
+
+    def __init__(self) -> None:
+        super().__init__(model=ScriptedModel(lambda request: ModelReply(content="-")))
+
+    async def run_turn(self, journal: Journal) -> str:
+        with contextlib.suppress(BaseException):  # the mistake under test
+            await journal.sleep(30)
+        return await journal.finish("went on")
+
+
+async def test_agent_code_that_swallows_the_suspension_is_told_so(world: World) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "hello")
+    result = await Worker(world, _Swallower(), lease=2, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "failed"
+    failure = await client.failure("s", turn)
+    assert failure is not None
+    assert "let TurnSuspended propagate" in failure.error
+
+
+async def test_a_wait_inside_a_tool_is_refused_with_the_reason(world: World) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "hello")
+    journal = await Journal.open(world, "s", turn)
+
+    async def nested() -> str:
+        """A tool that (wrongly) waits through the journal."""
+        await journal.sleep(1)
+        return "slept"
+
+    with pytest.raises(ToolError, match="inside the call of tool 'nested'"):
+        await journal.call(tool(nested, replay="safe"), {})
+
+
+async def test_resubmit_refuses_a_turn_that_has_not_finished(world: World) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "wait for payment")
+    assert await _finish_once(world) == "suspended"
+    with pytest.raises(InvalidArgumentError, match="is waiting, not finished"):
+        await client.resubmit("s", turn)

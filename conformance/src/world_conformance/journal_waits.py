@@ -39,6 +39,7 @@ from world_core.errors import (
     NonDeterminismError,
     NotFoundError,
 )
+from world_core.journal._waits import approval_signal
 
 __all__ = [
     "JournalChildContract",
@@ -296,28 +297,100 @@ class JournalSignalContract(ContractBase):
         assert [o["result"] for o in outcomes] == [{"timed_out": True}]
 
     async def test_signals_a_wake_up_for_a_resumed_wait_is_stale(self, world: World) -> None:
-        """The first wait (1 s) is resumed early by its signal; the turn then waits again.
-        The first wait's timer wake-up, come at 1 s, finds the wait resumed by another
-        message and is dropped (``stale``) without running anything; the second signal
-        finishes the turn."""
+        """The wait (1 s) is resumed early by its signal, and the turn goes on with a slow
+        tool. The wait's timer wake-up, come at 1 s to another worker while the turn still
+        runs, finds the wait resumed by another message and is dropped (``stale``) without
+        running anything; the turn ends once, on the first worker."""
+
+        class WaitThenWork(Agent):
+            def __init__(self) -> None:
+                async def slow() -> str:
+                    """Work for a while."""
+                    await anyio.sleep(2.5)
+                    return "worked"
+
+                super().__init__(model=ScriptedModel(_echo), tools=[tool(slow, replay="safe")])
+
+            async def run_turn(self, journal: Journal) -> str:
+                signal = await journal.wait_for_signal("go", timeout=1.0)
+                slow = self.tools.get("slow")
+                assert slow is not None
+                await journal.call(slow, {})
+                return await journal.finish(f"{None if signal is None else signal.payload}")
+
         client = Client(world, queue=QUEUE)
         turn = await client.submit("s", "hello")
-        agent = _Waiter(1.0, WAIT * 3)
-        worker = _worker(world, agent)
-        first = await worker.run_once(wait=WAIT)
+        first = await _worker(world, WaitThenWork()).run_once(wait=WAIT)
         assert _status(first) == "suspended", first
         await client.signal("s", "go", "one", sender="erin")
-        statuses: list[TurnResult] = []
+        results: dict[str, TurnResult | None] = {}
+
+        async def run(name: str, delay: float) -> None:
+            await anyio.sleep(delay)
+            worker = Worker(world, WaitThenWork(), queue=QUEUE, lease=5, name=name, crash=None)
+            results[name] = await worker.run_once(wait=WAIT)
+
         with anyio.fail_after(WAIT):
-            while not any(r.status == "stale" for r in statuses):
-                found = await worker.run_once(wait=WAIT)
-                assert found is not None, f"no wake-up came: {[r.status for r in statuses]}"
-                statuses.append(found)
-        assert [r.status for r in statuses] == ["suspended", "stale"], statuses
-        assert (statuses[1].model_calls, statuses[1].tool_runs, statuses[1].replayed) == (0, 0, 0)
-        await client.signal("s", "go", "two", sender="erin")
-        assert (await _until_done(world, agent, turn, within=WAIT))[-1] == "done"
-        assert await client.reply("s", turn) == "one from erin; two from erin"
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "a", 0.0)  # takes the signal's wake-up, runs the slow tool
+                tg.start_soon(run, "b", 0.3)  # takes the timer's wake-up at 1 s
+        a, b = results["a"], results["b"]
+        assert _status(a) == "done", a
+        assert _status(b) == "stale", b
+        assert b is not None
+        assert (b.model_calls, b.tool_runs, b.replayed) == (0, 0, 0)
+        assert await client.reply("s", turn) == "one"
+
+    async def test_signals_a_redelivered_message_resumes_its_turn_at_the_next_wait(
+        self, world: World
+    ) -> None:
+        """A timer's wake-up resumes the turn, which records its next wait (for a signal sent
+        earlier) and dies before queueing that wait's wake-up. The message comes back after its
+        lease: it must resume the turn (not be dropped as a stale wake-up of the first wait),
+        and the turn ends with the signal long before the second wait's timeout."""
+
+        class SleepThenWait(Agent):
+            def __init__(self) -> None:
+                super().__init__(model=ScriptedModel(_echo))
+
+            async def run_turn(self, journal: Journal) -> str:
+                await journal.sleep(0.5)
+                signal = await journal.wait_for_signal("go", timeout=WAIT * 10)
+                return await journal.finish(f"got {None if signal is None else signal.payload}")
+
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        first = await _worker(world, SleepThenWait()).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        await client.signal("s", "go", "hello", sender="x")
+        await _dies(_worker(world, SleepThenWait(), CrashPoint(1, "before_run", in_process=True)))
+        statuses = await _until_done(world, SleepThenWait(), turn, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        assert await client.reply("s", turn) == "got hello"
+
+    async def test_signals_a_deploy_that_changes_a_timeout_keeps_open_waits(
+        self, world: World
+    ) -> None:
+        """A turn waits (the old code's timeout recorded as its deadline); the new code waits
+        with another timeout: the turn resumes under it, with the recorded deadline."""
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        first = await _worker(world, _Waiter(WAIT * 5)).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        await client.signal("s", "go", "after the deploy", sender="ops")
+        statuses = await _until_done(world, _Waiter(WAIT * 7), turn, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        assert await client.reply("s", turn) == "after the deploy from ops"
+
+    async def test_signals_wake_the_turn_on_its_own_queue(self, world: World) -> None:
+        """Workers run on queue ``q``; the signal is sent through a Client of another queue:
+        the wake-up goes to the waiting turn's queue, so it resumes at once."""
+        turn = await Client(world, queue=QUEUE).submit("s", "hello")
+        first = await _worker(world, _Waiter(WAIT * 5)).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        await Client(world, queue="elsewhere").signal("s", "go", "hi", sender="app")
+        statuses = await _until_done(world, _Waiter(WAIT * 5), turn, within=WAIT)
+        assert statuses[-1] == "done", statuses
 
     @pytest.mark.parametrize("when", ["before_run", "after_run"])
     async def test_signals_crash_around_consuming_delivers_once(
@@ -424,6 +497,33 @@ class JournalSignalContract(ContractBase):
         assert [o["result"] for o in approvals if "signal" not in o["result"]] == [
             {"approved_before": pending.step}
         ]
+
+    async def test_signals_a_late_or_forged_decision_never_runs_the_tool(
+        self, world: World
+    ) -> None:
+        """Nobody may approve with a plain signal (the names are reserved); a decision after
+        the approval's deadline is refused (the timed-out call is not listed as pending) and
+        the call does not run, even though no worker noticed the timeout yet."""
+        client = Client(world, queue=QUEUE)
+        refunds = _Refunds(approval_timeout=0.5)
+        turn = await client.submit("s", "refund me")
+        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        (pending,) = await client.pending_approvals("s")
+        _, signal_id = approval_signal(turn, pending.step)
+        for name, sid in ((f"approval/{pending.step}", None), ("other", signal_id)):
+            with pytest.raises(InvalidArgumentError, match="reserved"):
+                await client.signal(
+                    "s", name, {"approved": True}, sender="mallory", signal_id=sid, turn_id=turn
+                )
+        await anyio.sleep(0.5 + 1.5)  # past the deadline and the clock margin; no worker ran
+        assert await client.pending_approvals("s") == []
+        with pytest.raises(InvalidArgumentError, match="timed out"):
+            await client.approve("s", turn, pending.step, by="late-manager")
+        statuses = await _until_done(world, refunds.agent(), turn, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        assert refunds.runs == [], "a decision after the deadline ran the tool"
+        assert "nobody approved" in str(await client.reply("s", turn))
 
     async def test_signals_rejection_and_timeout_never_run_the_tool(self, world: World) -> None:
         """Rejected: the tool does not run, the model is told who rejected it and why. Not

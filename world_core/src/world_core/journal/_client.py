@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 import uuid
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from world_core.errors import (
 )
 from world_core.journal._blobs import Blobs
 from world_core.journal._journal import (
+    CLOCK_MARGIN,
     DEFAULT_BLOB_THRESHOLD,
     DEFAULT_QUEUE,
     canonical_json,
@@ -37,6 +39,8 @@ from world_core.journal._session import (
     turn_log,
 )
 from world_core.journal._waits import (
+    MAX_SIGNAL_PAYLOAD_BYTES,
+    RESERVED_SIGNAL_PREFIXES,
     PendingApproval,
     approval_signal,
     check_signal_id,
@@ -166,6 +170,12 @@ class Client:
         Raises:
             NotFoundError: the turn was never submitted.
         """
+        status = await self.status(session_id, turn_id)
+        if status not in ("done", "failed", "unknown"):
+            raise InvalidArgumentError(
+                f"turn {turn_id!r} of session {session_id!r} is {status}, not finished: "
+                "resubmit only a turn that replied or failed"
+            )
         home = await turn_log(self._world, session_id, turn_id)
         event = await self._world.log.get(home, f"turn/{turn_id}/input")
         if event is None:
@@ -274,9 +284,32 @@ class Client:
             signal_id: the deduplication id; a new one when None.
 
         Raises:
-            InvalidArgumentError: a bad name, sender, id or payload (not JSON), or the id was
-                used for another signal (nothing is written).
+            InvalidArgumentError: a bad name, sender, id or payload (not JSON, or above
+                :data:`~world_core.journal._waits.MAX_SIGNAL_PAYLOAD_BYTES`), a name or id of
+                the journal's own signals (``approval/...``: use :meth:`approve`; ``child/...``),
+                or the id was used for another signal (nothing is written).
         """
+        for what, value in (("name", name), ("signal_id", signal_id)):
+            if isinstance(value, str) and value.startswith(RESERVED_SIGNAL_PREFIXES):
+                raise InvalidArgumentError(
+                    f"signal {what} {value!r} is reserved for the journal's own signals "
+                    "(decisions on approvals: use approve() or reject(); ends of child runs)"
+                )
+        return await self._send(
+            session_id, name, payload, sender=sender, signal_id=signal_id, turn_id=turn_id
+        )
+
+    async def _send(
+        self,
+        session_id: str,
+        name: str,
+        payload: Any,
+        *,
+        sender: str,
+        signal_id: str | None,
+        turn_id: str | None,
+    ) -> str:
+        """:meth:`signal` without the check of reserved names (the journal's own signals)."""
         session_log_id(session_id)
         check_signal_name(name)
         if not isinstance(sender, str) or not sender.strip() or len(sender) > 200:
@@ -289,9 +322,14 @@ class Client:
         signal = check_signal_id(signal_id if signal_id is not None else uuid.uuid4().hex)
         try:
             jsonable = to_jsonable_python(payload)
-            canonical_json(jsonable)
+            size = len(canonical_json(jsonable))
         except Exception as exc:
             raise InvalidArgumentError(f"signal {name!r}: payload is not JSON: {exc}") from None
+        if size > MAX_SIGNAL_PAYLOAD_BYTES:
+            raise InvalidArgumentError(
+                f"signal {name!r}: payload is {size} bytes of JSON, more than "
+                f"{MAX_SIGNAL_PAYLOAD_BYTES}; send a reference to it (a document, a URL)"
+            )
         digest = digest_of({"name": name, "payload": jsonable, "turn": turn_id})
         body = {
             "t": "signal",
@@ -301,6 +339,7 @@ class Client:
             "sender": sender,
             "turn": turn_id,
             "digest": digest,
+            "sent_at": time.time(),  # the sender's clock: approvals decided too late are void
         }
         try:
             await append_session(
@@ -328,8 +367,9 @@ class Client:
         key: str | bytes | None = None,
     ) -> str:
         """Send a signal that arrived signed (a webhook): ``body`` is the raw request body, a
-        JSON object ``{"name", "payload", "id", "sender", "turn"}`` (``payload``, ``turn``
-        optional; ``id`` makes retries of the webhook count once), ``signature`` its
+        JSON object ``{"session", "name", "payload", "id", "sender", "turn"}`` (``payload``,
+        ``turn`` optional; ``session`` must be ``session_id``, so a captured body cannot be
+        replayed to another session; ``id`` makes retries count once), ``signature`` its
         ``sha256=<hex>`` HMAC under ``key`` (default: ``WORKFLOW_SIGNAL_KEY``). Returns the
         signal id.
 
@@ -343,10 +383,15 @@ class Client:
             message = json.loads(body)
         except ValueError as exc:
             raise InvalidArgumentError(f"the signed body is not JSON: {exc}") from None
-        if not isinstance(message, dict) or not {"name", "id", "sender"} <= set(message):
+        if not isinstance(message, dict) or not {"session", "name", "id", "sender"} <= set(message):
             raise InvalidArgumentError(
-                'the signed body must be a JSON object with "name", "id" and "sender" (and '
-                'optionally "payload", "turn")'
+                'the signed body must be a JSON object with "session", "name", "id" and '
+                '"sender" (and optionally "payload", "turn")'
+            )
+        if message["session"] != session_id:
+            raise InvalidArgumentError(
+                f"the signed body is for session {message['session']!r}, not {session_id!r}: "
+                "refused (a signature binds the session it was made for)"
             )
         return await self.signal(
             session_id,
@@ -367,7 +412,7 @@ class Client:
                 continue
             wake = {"session_id": session_id, "turn_id": turn, "wake": step, "why": "signal"}
             await self._world.queue.enqueue(
-                self._queue,
+                str(intent.get("queue") or self._queue),  # the waiting turn's workers' queue
                 canonical_json(wake),
                 dedup_key=turn_queue_key(session_id, turn, f"/signal-{step}"),
             )
@@ -381,6 +426,8 @@ class Client:
         for (turn, step), intent in session.open_waits.items():
             if intent.get("kind") != "approval" or approval_signal(turn, step)[1] in decided:
                 continue
+            if float(intent.get("deadline") or 0.0) + CLOCK_MARGIN < time.time():
+                continue  # timed out: the call will not run (the turn learns it when it wakes)
             found.append(
                 PendingApproval(
                     session_id=session_id,
@@ -430,41 +477,68 @@ class Client:
         name, signal_id = approval_signal(turn_id, step)
         session_log_id(session_id)
         log_id = await turn_log(self._world, session_id, turn_id)
-        intent = await self._world.log.get(log_id, f"turn/{turn_id}/step/{step}/intent")
-        if intent is None or json.loads(intent.data).get("kind") != "approval":
+        get = self._world.log.get
+        intent = await get(log_id, f"turn/{turn_id}/step/{step}/intent")
+        body = _decode(intent)
+        if intent is None or body.get("kind") != "approval":
             raise NotFoundError(
                 f"no approval waits at step {step} of turn {turn_id!r} of session "
                 f"{session_id!r}; list them with pending_approvals (world approvals)"
             )
-        ended = await self._world.log.get(log_id, f"turn/{turn_id}/step/{step}/outcome")
-        if ended is not None:
-            consumed = json.loads(ended.data).get("result", {}).get("signal") or {}
+        for end in ("reply", "failure"):
+            if await get(log_id, f"turn/{turn_id}/{end}") is not None:
+                raise InvalidArgumentError(
+                    f"turn {turn_id!r} of session {session_id!r} is over (it has a {end}); a "
+                    "decision on its approval would change nothing"
+                )
+        await self._check_not_over(log_id, turn_id, step, signal_id)
+        if time.time() > float(body.get("deadline") or 0.0) + CLOCK_MARGIN:
+            raise InvalidArgumentError(
+                f"the approval at step {step} of turn {turn_id!r} timed out: nobody decided in "
+                "time, so the call does not run; a decision now would change nothing"
+            )
+        payload = {"approved": approved, "reason": reason}
+        try:
+            await self._send(
+                session_id, name, payload, sender=by, signal_id=signal_id, turn_id=turn_id
+            )
+        except InvalidArgumentError:
+            existing = _decode(await get(log_id, f"signal/{signal_id}"))
+            if not existing:
+                raise
+            sent = existing.get("payload")
+            was = "approved" if isinstance(sent, dict) and sent.get("approved") else "rejected"
+            raise InvalidArgumentError(
+                f"the call at step {step} of turn {turn_id!r} was already {was} by "
+                f"{existing.get('sender')!r}; a decision is final"
+            ) from None
+        # The wait may have ended by its timeout just before the decision landed: say so.
+        await self._check_not_over(log_id, turn_id, step, signal_id)
+
+    async def _check_not_over(self, log_id: str, turn_id: str, step: int, signal_id: str) -> None:
+        """Refuse when the approval's wait ended without this decision (its timeout)."""
+        ended = _decode(await self._world.log.get(log_id, f"turn/{turn_id}/step/{step}/outcome"))
+        if ended:
+            consumed = ended.get("result", {}).get("signal") or {}
             if consumed.get("signal_id") != signal_id:
                 raise InvalidArgumentError(
                     f"the approval at step {step} of turn {turn_id!r} is over (nobody decided "
                     "in time: the call did not run); a decision now would change nothing"
                 )
-        payload = {"approved": approved, "reason": reason}
-        try:
-            await self.signal(
-                session_id, name, payload, sender=by, signal_id=signal_id, turn_id=turn_id
-            )
-        except InvalidArgumentError:
-            existing = await self._world.log.get(log_id, f"signal/{signal_id}")
-            if existing is None:
-                raise
-            body = json.loads(existing.data)
-            was = "approved" if body.get("payload", {}).get("approved") else "rejected"
-            raise InvalidArgumentError(
-                f"the call at step {step} of turn {turn_id!r} was already {was} by "
-                f"{body.get('sender')!r}; a decision is final"
-            ) from None
 
     async def _reply_of(self, event: Event) -> str:
         body = json.loads(event.data)
         if "reply" in body:
             return str(body["reply"])
         return str(await load_value(self._blobs, body))
+
+
+def _decode(event: Event | None) -> dict[str, Any]:
+    """An event's JSON object body; empty for none (or one that is not an object)."""
+    if event is None:
+        return {}
+    body = json.loads(event.data)
+    return body if isinstance(body, dict) else {}
 
 
 def _failure_of(session_id: str, turn_id: str, event: Event) -> TurnFailedError:

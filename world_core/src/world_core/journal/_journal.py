@@ -138,6 +138,7 @@ from world_core.journal._tools import (
     idempotency_key,
 )
 from world_core.journal._waits import (
+    MAX_WAIT_SECONDS,
     WAIT_KINDS,
     ChildResult,
     Signal,
@@ -481,6 +482,8 @@ class Journal:
         self.replayed = 0
         self._appended_events = 0
         self._appended_bytes = 0
+        self._suspended_at: int | None = None  # the wait this Journal left the turn in
+        self._in_tool: str | None = None  # the tool whose call runs now
 
     @classmethod
     async def open(
@@ -845,7 +848,7 @@ class Journal:
 
     async def sleep_until(self, when: float) -> None:
         """Wait until UNIX time ``when`` (store clock), durably: see :meth:`sleep`."""
-        at = check_seconds(when, "when")
+        at = check_seconds(when, "when", most=time.time() + MAX_WAIT_SECONDS)
         await self._wait("timer", "sleep_until", {"until": at}, lambda: at)
 
     async def wait_for_signal(self, name: str, *, timeout: float) -> Signal | None:  # noqa: ASYNC109
@@ -965,6 +968,7 @@ class Journal:
         """
         self._check_usable()
         self._check_order()
+        self._check_not_suspended_or_in_tool()
         if not isinstance(reply, str):
             raise InvalidArgumentError(f"a reply is a str, got {type(reply).__name__}")
         beyond = sorted(n for n in self._turn.steps if n >= self._next)
@@ -1078,6 +1082,21 @@ class Journal:
                 "open a new one to continue the turn"
             ) from self._broken
 
+    def _check_not_suspended_or_in_tool(self) -> None:
+        if self._suspended_at is not None:
+            raise InvalidArgumentError(
+                f"turn {self.turn_id!r} was suspended at step {self._suspended_at} (a wait "
+                "raised TurnSuspended) but the agent code went on: let TurnSuspended propagate "
+                "(do not catch BaseException around journal calls); the worker resumes the "
+                "turn when the wait ends"
+            )
+        if self._in_tool is not None:
+            raise InvalidArgumentError(
+                f"a journal step was taken inside the call of tool {self._in_tool!r} (turn "
+                f"{self.turn_id!r}): tools cannot sleep, wait, call the model or other tools "
+                "through the journal; do it in the agent code, between tool calls"
+            )
+
     def _check_order(self) -> None:
         waiting_for = self.waiting_for
         if waiting_for is not None:
@@ -1188,6 +1207,7 @@ class Journal:
         """Take the next step number; check a recorded step there matches."""
         self._check_usable()
         self._check_order()
+        self._check_not_suspended_or_in_tool()
         n = self._next
         attempted = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
         step = self._turn.steps.get(n)
@@ -1259,18 +1279,19 @@ class Journal:
         """A wait as step n: intent (deadline) before, outcome (fired, a signal, timed out)
         after, written at once: the first writer of the outcome owns the turn from there."""
         await anyio.lowlevel.checkpoint_if_cancelled()
-        n = self._claim_position(kind, name, digest_of(spec), spec)
+        digest = _wait_digest(spec)
+        n = self._claim_position(kind, name, digest, spec)
         try:
             step = self._turn.steps.get(n)
             if step is not None and step.outcome is not None:
                 self.replayed += 1
                 result: dict[str, Any] = step.outcome["result"]
                 return result
-            identity = {"kind": kind, "name": name, "digest": digest_of(spec)}
-            identity["preview"] = _preview(spec)
+            identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(spec)}
             if step is None or step.intent is None:
                 deadline = deadline_of()
                 intent = {**identity, "deadline": deadline, "signal": signal, **spec}
+                intent["queue"] = self.queue  # where a signal's wake-up goes
                 if signal_turn is not None:
                     intent["for_turn"] = signal_turn
                 await self._append([self._event("intent", intent, n)])
@@ -1283,13 +1304,14 @@ class Journal:
             outcome: dict[str, Any] | None = None
             if signal is not None:
                 found = await self._find_signal(signal, signal_turn)
-                if found is not None:
+                if found is not None and not (kind == "approval" and _late(found, deadline)):
                     outcome = {"signal": found}
             if outcome is None:
                 if self._clock() < deadline:
                     # Deferred outcomes of steps run again on the way here would be lost with
                     # this Journal: keep them (the next run then reads instead of rerunning).
                     await self._append([])
+                    self._suspended_at = n
                     raise TurnSuspended(
                         f"turn {self.turn_id!r} step {n}: {kind} {name!r} waits until "
                         f"{deadline:.3f}",
@@ -1342,18 +1364,14 @@ class Journal:
         self, kind: str, name: str, spec: dict[str, Any], result: dict[str, Any]
     ) -> dict[str, Any]:
         """A step whose outcome is known without running anything: recorded at once."""
-        n = self._claim_position(kind, name, digest_of(spec), spec)
+        digest = _wait_digest(spec)
+        n = self._claim_position(kind, name, digest, spec)
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
             recorded: dict[str, Any] = step.outcome["result"]
             return recorded
-        identity = {
-            "kind": kind,
-            "name": name,
-            "digest": digest_of(spec),
-            "preview": _preview(spec),
-        }
+        identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(spec)}
         body = {**identity, "result": result, "by": self._owner}
         try:
             await self._append([self._event("outcome", body, n)])
@@ -1467,7 +1485,11 @@ class Journal:
                     lease_held=self._lease_held,
                     state=self._turn.state,
                 )
-                result = await tool_run[1](n, context)
+                self._in_tool = name
+                try:
+                    result = await tool_run[1](n, context)
+                finally:
+                    self._in_tool = None
                 if result.get("timed_out") and replay == "never":
                     result = {
                         "output": POSSIBLY_RAN,
@@ -1558,6 +1580,22 @@ class Journal:
             return loaded
         result: dict[str, Any] = outcome["result"]
         return result
+
+
+_WAIT_SETTINGS = frozenset({"timeout", "seconds", "until"})
+"""Parts of a wait that do not identify it: its duration is recorded once (as the deadline),
+so a deploy that changes a timeout leaves the turns already waiting as they are."""
+
+
+def _wait_digest(spec: dict[str, Any]) -> str:
+    return digest_of({k: v for k, v in spec.items() if k not in _WAIT_SETTINGS})
+
+
+def _late(found: dict[str, Any], deadline: float) -> bool:
+    """Whether a decision was sent after the approval's deadline (its sender's clock, with
+    the clock margin): too late to count."""
+    sent = found.get("sent_at")
+    return isinstance(sent, int | float) and sent > deadline + CLOCK_MARGIN
 
 
 def _finite(value: object) -> bool:

@@ -81,9 +81,10 @@ async def hand_on(world: World, session_id: str, queue: str, *, after: str) -> s
             return None
         parks, kicks = len(session.parks.get(turn, [])), session.kicks.get(turn, 0)
         if parks <= kicks:
-            if kicks:
+            if kicks and turn not in session.started:
                 # The latest kick may have been logged by a worker that died before sending
-                # it (no outbox): send it again; its dedup key makes that a no-op if it was.
+                # it (no outbox): send it again (the turn has not started: no step of it is
+                # recorded); its dedup key makes that a no-op if it was sent.
                 await _send(world, queue, session_id, turn, kicks)
             return None
         n = kicks + 1
@@ -144,7 +145,7 @@ async def notify_parent(world: World, session_id: str, turn_id: str) -> bool:
                 "step": failed.step,
             }
         }
-    await client.signal(
+    await client._send(  # the journal's own signal: its name is reserved
         str(parent["session"]),
         child_signal(session_id),
         payload,

@@ -365,7 +365,10 @@ def _check_approval(approval: object, approval_timeout: object, name: str) -> Ap
             f"tool {name!r}: approval must be 'none' or 'required' (every call waits for a "
             f"person's decision), got {approval!r}"
         )
-    _check_timeout(approval_timeout, name, "approval_timeout")
+    if _check_timeout(approval_timeout, name, "approval_timeout") > 10 * 366 * 86400:
+        raise InvalidArgumentError(
+            f"tool {name!r}: approval_timeout must be at most ten years, got {approval_timeout!r}"
+        )
     return approval
 
 

@@ -41,6 +41,9 @@ from world_core.spi import validate_id
 
 __all__ = [
     "MAX_SIGNAL_NAME_BYTES",
+    "MAX_SIGNAL_PAYLOAD_BYTES",
+    "MAX_WAIT_SECONDS",
+    "RESERVED_SIGNAL_PREFIXES",
     "PendingApproval",
     "Signal",
     "TurnSuspended",
@@ -59,6 +62,14 @@ __all__ = [
 MAX_SIGNAL_NAME_BYTES = 200
 """The longest signal name, in UTF-8 bytes."""
 
+MAX_SIGNAL_PAYLOAD_BYTES = 64 * 1024
+"""The largest signal payload (canonical JSON): a wait's outcome copies it. Send a reference
+(a document, a URL) to anything larger."""
+
+RESERVED_SIGNAL_PREFIXES = ("approval/", "child/")
+"""Signal names and ids the journal's own signals use: decisions on approvals (sent only by
+``Client.approve``/``reject``) and child runs' ends. ``Client.signal`` refuses them."""
+
 WAIT_KINDS = ("timer", "signal", "approval", "child")
 """Step kinds that suspend a turn until their deadline (or a signal)."""
 
@@ -73,16 +84,20 @@ class Signal:
     payload: Any
     sender: str
     turn_id: str | None = None
+    sent_at: float | None = None
+    """UNIX time on the sender's clock."""
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Signal:
         turn = body.get("turn")
+        sent = body.get("sent_at")
         return cls(
             signal_id=str(body.get("id")),
             name=str(body.get("name")),
             payload=body.get("payload"),
             sender=str(body.get("sender")),
             turn_id=None if turn is None else str(turn),
+            sent_at=float(sent) if isinstance(sent, int | float) else None,
         )
 
 
@@ -135,8 +150,12 @@ class TurnSuspended(BaseException):
         self.signal = signal
 
 
-def check_seconds(value: object, what: str) -> float:
-    """``value`` as seconds: a finite number >= 0.
+MAX_WAIT_SECONDS = 10 * 366 * 86400
+"""The longest wait (ten years): a deadline every backend's queue can hold."""
+
+
+def check_seconds(value: object, what: str, *, most: float = MAX_WAIT_SECONDS) -> float:
+    """``value`` as seconds: a finite number from 0 to ``most`` (ten years by default).
 
     Raises:
         InvalidArgumentError: anything else, naming ``what``.
@@ -145,9 +164,11 @@ def check_seconds(value: object, what: str) -> float:
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not math.isfinite(value)
-        or value < 0
+        or not 0 <= value <= most
     ):
-        raise InvalidArgumentError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+        raise InvalidArgumentError(
+            f"{what} must be a number of seconds from 0 to {most:g} (ten years), got {value!r}"
+        )
     return float(value)
 
 

@@ -387,9 +387,9 @@ class Worker:
                     resumed_by = journal.resumed_by
                     if not journal.finished and resumed_by not in (None, lease.message_id):
                         stale = True  # another message resumed the turn's latest wait
-                    waking = body.get("wake")
-                    if journal.open_wait is not None and waking not in (None, journal.open_wait):
-                        stale = True  # a wake-up for an earlier wait, long over
+                    # A wake-up for an earlier wait of a turn now suspended in a later one runs
+                    # it anyway: it may be the very message that recorded that later wait and
+                    # died before queueing its wake-up; the replay suspends it again properly.
                     if not parked and not stale and not journal.finished:
                         if lease.attempt >= lease.max_attempts > 1:
                             # The queue's last delivery: if this run died too (a crash loop:
@@ -530,7 +530,7 @@ class Worker:
                     delay=delay,
                     dedup_key=turn_queue_key(session_id, turn_id, f"/wake-{suspended.step}"),
                 )
-            except BackendUnavailableError as exc:
+            except Exception as exc:  # never take the worker down: the message comes back
                 log.warning("turn %s/%s: queueing its wake-up failed: %s", session_id, turn_id, exc)
                 await self._settle(lease, ack=False, delay=min(delay, self.retry_delay))
                 return
