@@ -24,7 +24,10 @@ from world_core import (
     ScriptedModel,
     Worker,
     World,
+    format_report,
+    read_histories,
     read_state,
+    replay_check,
     session_log_id,
     write_state,
 )
@@ -130,6 +133,14 @@ class JournalHistoryContract(ContractBase):
         waiting = await client.submit("s", "wait")
         await _finish(worker, client, waiting)
         assert await client.reply("s", waiting) == "got kept", "a pending signal was lost"
+        # Export follows the chain, and every turn of every log replays against the agent.
+        histories = await read_histories(world, "s")
+        assert [h.log_id or session_log_id("s") for h in histories] == await session_chain(
+            world, "s"
+        )
+        report = await replay_check(histories, _Continuing)
+        assert report.ok, format_report(report)
+        assert sum(len(s.turns) for s in report.sessions) == 31
 
     async def test_history_opening_a_turn_costs_the_same_at_any_session_length(
         self, world: World

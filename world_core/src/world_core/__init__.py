@@ -44,6 +44,7 @@ from world_core.journal._history import (
     SessionHistory,
     dump_history,
     load_history_file,
+    read_histories,
     read_history,
     write_history,
 )
@@ -142,6 +143,7 @@ __all__ = [
     "format_report",
     "load_history_file",
     "parse_crash_at",
+    "read_histories",
     "read_history",
     "replay_check",
     "session_log_id",

@@ -26,10 +26,10 @@ WorldOptions = Callable[[argparse.ArgumentParser], None]
 
 
 async def _export(args: argparse.Namespace) -> int:
-    from world_core.journal._history import dump_history, read_history
+    from world_core.journal._history import dump_history, read_histories
 
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
-        histories = [await read_history(world, session) for session in args.sessions]
+        histories = [h for session in args.sessions for h in await read_histories(world, session)]
     text = dump_history(histories)
     if args.out is None:
         sys.stdout.write(text)
@@ -63,7 +63,7 @@ def _files(given: list[str]) -> list[Path]:
 
 async def _replay_check(args: argparse.Namespace) -> int:
     from world_core._cli import _load_agent_factory
-    from world_core.journal._history import SessionHistory, load_history_file, read_history
+    from world_core.journal._history import SessionHistory, load_history_file, read_histories
     from world_core.journal._replay import format_report, replay_check
 
     if args.turn_timeout <= 0:
@@ -74,7 +74,8 @@ async def _replay_check(args: argparse.Namespace) -> int:
         histories.extend(load_history_file(path))
     if args.session:
         async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
-            histories.extend([await read_history(world, session) for session in args.session])
+            for session in args.session:
+                histories.extend(await read_histories(world, session))
     if not histories:
         raise ConfigurationError(
             "replay-check: nothing to check: name exported history files (world export) or "

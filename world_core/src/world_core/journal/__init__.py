@@ -16,6 +16,7 @@ from world_core.journal._history import (
     history_document,
     load_history_file,
     parse_history,
+    read_histories,
     read_history,
     write_history,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "load_history_file",
     "parse_crash_at",
     "parse_history",
+    "read_histories",
     "read_history",
     "read_state",
     "replay_check",

@@ -28,6 +28,9 @@
 * ``blobs``: every blob an event names (a ``"blob": {"digest", "size"}`` entry, the way the
   journal keeps values above its blob threshold), so the document needs no World to be read.
   Each is checked against its digest when the document is read.
+* ``log_id`` (only for a log the session was continued in, see
+  :mod:`world_core.journal._continue`): that log's id; the session's first log has none.
+  ``world export`` writes every log of a continued session, oldest first.
 * ``status``: the log's status (:meth:`Log.info <world_core.spi.Log.info>`), usually null.
 
 Readers refuse another ``format`` (a later version changes the name). Importing a document
@@ -51,6 +54,7 @@ from typing import Any
 from world_core.errors import InvalidArgumentError, NotFoundError
 from world_core.journal._blobs import BlobRef, Blobs
 from world_core.journal._journal import canonical_json, session_log_id
+from world_core.journal._session import session_chain
 from world_core.spi import Event, NewEvent, World, validate_id
 
 __all__ = [
@@ -82,6 +86,8 @@ class SessionHistory:
     blobs: Mapping[str, bytes] = field(default_factory=dict)
     status: str | None = None
     source: str = ""
+    log_id: str | None = None
+    """The log, when it is not the session's first (a generation it was continued in)."""
 
 
 def _blob_refs(value: Any, top: bool = True) -> Iterable[tuple[BlobRef, bool]]:
@@ -112,22 +118,36 @@ def _body(data: bytes) -> Any:
         return None
 
 
-async def read_history(world: World, session_id: str) -> SessionHistory:
-    """Read session ``session_id``'s log and every blob it names from ``world``.
+async def read_histories(world: World, session_id: str) -> list[SessionHistory]:
+    """Every log of session ``session_id``, oldest first: its first and each it was continued
+    in (see :mod:`world_core.journal._continue`), with the blobs they name."""
+    chain = await session_chain(world, session_id)
+    return [
+        await read_history(world, session_id, log_id=None if index == 0 else log_id)
+        for index, log_id in enumerate(chain)
+    ]
+
+
+async def read_history(
+    world: World, session_id: str, *, log_id: str | None = None
+) -> SessionHistory:
+    """Read session ``session_id``'s log (its first, or ``log_id``: one it was continued in)
+    and every blob it names from ``world``.
 
     Raises:
         NotFoundError: the session has no events, or an event names a blob the World does not
             hold (complete and intact).
         InvalidIdentifierError: a bad session id.
     """
-    log_id = session_log_id(session_id)
-    events = await world.log.read(log_id)
+    session_log_id(session_id)
+    source_log = log_id if log_id is not None else session_log_id(session_id)
+    events = await world.log.read(source_log)
     if not events:
         raise NotFoundError(
             f"session {session_id!r} has no events in namespace {world.namespace!r} of the "
             f"{world.name!r} World"
         )
-    info = await world.log.info(log_id)
+    info = await world.log.info(source_log)
     store = Blobs(world.stream)
     blobs: dict[str, bytes] = {}
     for event in events:
@@ -148,6 +168,7 @@ async def read_history(world: World, session_id: str) -> SessionHistory:
         blobs=blobs,
         status=info.status if info is not None else None,
         source=f"{world.name} World, namespace {world.namespace}",
+        log_id=log_id,
     )
 
 
@@ -199,14 +220,15 @@ def history_document(histories: Iterable[SessionHistory]) -> dict[str, Any]:
             digest: base64.b64encode(history.blobs[digest]).decode("ascii")
             for digest in sorted(history.blobs)
         }
-        sessions.append(
-            {
-                "session_id": history.session_id,
-                "status": history.status,
-                "events": events,
-                "blobs": blobs,
-            }
-        )
+        entry: dict[str, Any] = {
+            "session_id": history.session_id,
+            "status": history.status,
+            "events": events,
+            "blobs": blobs,
+        }
+        if history.log_id is not None:
+            entry["log_id"] = history.log_id
+        sessions.append(entry)
     return {"format": HISTORY_FORMAT, "sessions": sessions}
 
 
@@ -257,6 +279,9 @@ def parse_history(document: object, source: str = "document") -> list[SessionHis
         validate_id(session_id, f"{where}: session_id")
         session_log_id(session_id)
         where = f"{source}: session {session_id!r}"
+        log_id = session.get("log_id")
+        if log_id is not None:
+            validate_id(log_id, f"{where}: log_id")
         status = session.get("status")
         if status is not None and not isinstance(status, str):
             raise InvalidArgumentError(f"{where}: 'status' must be a str or null")
@@ -297,6 +322,7 @@ def parse_history(document: object, source: str = "document") -> list[SessionHis
                 blobs=blobs,
                 status=status,
                 source=source,
+                log_id=log_id,
             )
         )
     return histories
@@ -327,7 +353,7 @@ async def write_history(world: World, history: SessionHistory) -> None:
     Raises:
         InvalidArgumentError: the session's log in ``world`` is not empty.
     """
-    log_id = session_log_id(history.session_id)
+    log_id = history.log_id if history.log_id is not None else session_log_id(history.session_id)
     tail = await world.log.tail(log_id)
     if tail:
         raise InvalidArgumentError(

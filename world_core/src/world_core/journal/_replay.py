@@ -617,21 +617,28 @@ async def replay_check(
     """
     make_agent = _agent_maker(agent_factory)
     sessions: list[SessionCheck] = []
+    # The logs of one session (its generations, when it was continued in fresh logs) are
+    # loaded into one namespace, so its chain of continuation markers holds.
+    groups: dict[tuple[str, str], list[SessionHistory]] = {}
+    for history in histories:
+        groups.setdefault((history.source, history.session_id), []).append(history)
     with tempfile.TemporaryDirectory(prefix="world-replay-") as folder:
-        for index, history in enumerate(histories):
+        for index, group in enumerate(groups.values()):
             async with open_world("local", url=folder, namespace=f"replay_{index}") as local:
-                await write_history(local, history)
+                for history in group:
+                    await write_history(local, history)
                 world = _ReadOnlyWorld(local)
-                session = scan_session(list(history.events))
-                turns: list[TurnCheck] = []
-                for turn_id in session.in_order():
-                    facts = _facts(history.events, turn_id)
-                    turns.append(
-                        await _check_turn(
-                            world, history.session_id, turn_id, facts, make_agent, turn_timeout
+                for history in group:
+                    session = scan_session(list(history.events))
+                    turns: list[TurnCheck] = []
+                    for turn_id in session.in_order():
+                        facts = _facts(history.events, turn_id)
+                        turns.append(
+                            await _check_turn(
+                                world, history.session_id, turn_id, facts, make_agent, turn_timeout
+                            )
                         )
-                    )
-            sessions.append(SessionCheck(history.session_id, history.source, tuple(turns)))
+                    sessions.append(SessionCheck(history.session_id, history.source, tuple(turns)))
     return ReplayReport(tuple(sessions))
 
 
