@@ -23,6 +23,9 @@ Fixtures:
 Environment:
     ``WORLD_TEST_<NAME>_URL``: a server per backend; ``WORLD_REQUIRE``: backends
     (comma-separated, or ``all``) whose missing server fails the test instead of skipping it.
+    ``WORLD_CONFORMANCE_AREAS_ONLY_ON=<world>:<area>,<area>...``: run those contract areas
+    only for that World, deselecting them for the others (a second run on another Python
+    version exercises the layers above the SPI, which no backend changes, on one World).
 
 A run in which every contract test was skipped (no World selected, not installed, no server)
 checked nothing: it exits with status 1 and says what to set, instead of looking green. A
@@ -146,6 +149,7 @@ def pytest_collection_modifyitems(
 ) -> None:
     selected_world: str | None = config.getoption("world")
     skip_gaps = _skip_known_gaps(config)
+    only_on, only_areas = _areas_only_on()
     tally = config.stash[_TALLY]
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
@@ -160,6 +164,9 @@ def pytest_collection_modifyitems(
             checked.add(cls)
         name = cls.world_name
         if selected_world and name and server_key(name) != server_key(selected_world):
+            dropped.append(item)
+            continue
+        if only_areas and _area(cls, item.originalname) in only_areas and name != only_on:
             dropped.append(item)
             continue
         keep.append(item)
@@ -179,6 +186,21 @@ def pytest_collection_modifyitems(
 
 
 _GAPS = "--world-skip-known-gaps or WORLD_SKIP_KNOWN_GAPS"
+
+
+def _areas_only_on() -> tuple[str | None, frozenset[str]]:
+    """``WORLD_CONFORMANCE_AREAS_ONLY_ON``: the World and the areas run only for it."""
+    raw = os.environ.get("WORLD_CONFORMANCE_AREAS_ONLY_ON", "").strip()
+    if not raw:
+        return None, frozenset()
+    world, sep, areas = raw.partition(":")
+    names = frozenset(a.strip() for a in areas.split(",") if a.strip())
+    if not sep or not world.strip() or not names:
+        raise pytest.UsageError(
+            f"WORLD_CONFORMANCE_AREAS_ONLY_ON={raw!r}: use <world>:<area>[,<area>...], e.g. "
+            "local:journal,order"
+        )
+    return world.strip(), names
 
 
 def _skip_known_gaps(config: pytest.Config) -> bool:

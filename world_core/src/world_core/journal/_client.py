@@ -135,7 +135,8 @@ class Client:
         outbox = self._world.capabilities.outbox
         messages = [OutboxMessage(queue=self._queue, payload=payload, dedup_key=dedup)]
         try:
-            if len(await session_chain(self._world, session_id)) > 1:
+            chain = await session_chain(self._world, session_id)
+            if len(chain) > 1:
                 # Continued: the turn may have been submitted to an earlier generation.
                 home = await turn_log(self._world, session_id, turn)
                 found = await self._world.log.get(home, f"turn/{turn}/input")
@@ -144,7 +145,7 @@ class Client:
                         f"turn {turn!r} exists", key=found.key or "", existing=found
                     )
             await append_session(
-                self._world, session_id, [event], messages=messages if outbox else ()
+                self._world, session_id, [event], messages=messages if outbox else (), chain=chain
             )
         except DuplicateKeyError as exc:
             existing = json.loads(exc.existing.data)

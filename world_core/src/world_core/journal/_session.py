@@ -324,13 +324,16 @@ async def append_session(
     events: Sequence[NewEvent],
     *,
     messages: Sequence[OutboxMessage] = (),
+    chain: Sequence[str] | None = None,
 ) -> str:
     """Append ``events`` (atomically, with ``messages`` where the World has an outbox) to the
-    session's current generation; returns that log. When the generation was continued just
-    before the append landed (the marker is before it), the events are written again to the
-    next one."""
+    session's current generation (the end of ``chain``, when the caller just read it); returns
+    that log. When the generation was continued just before the append landed (the marker is
+    before it), the events are written again to the next one."""
+    known = chain[-1] if chain else None
     while True:
-        log_id = await current_log(world, session_id)
+        log_id = known if known is not None else await current_log(world, session_id)
+        known = None
         tail = await world.log.append(log_id, events, messages=messages)
         marker = await world.log.get(log_id, CONTINUED_KEY)
         if marker is None or marker.seq > tail:
