@@ -29,6 +29,7 @@ from world_core.spi import Event, NewEvent, OutboxMessage, World, validate_id
 __all__ = [
     "CHECKPOINT_SEARCH",
     "CONTINUED_KEY",
+    "CHECKPOINT_HISTORY_BYTES",
     "HISTORY_WINDOW",
     "SessionView",
     "append_session",
@@ -43,8 +44,13 @@ __all__ = [
 ]
 
 HISTORY_WINDOW = 100
-"""Finished turns a checkpoint keeps (message and reply or failure): the history a turn can
-have without reading the whole log."""
+"""Finished turns a checkpoint keeps at most (message and reply or failure): the history a
+turn can have without reading the whole log."""
+
+CHECKPOINT_HISTORY_BYTES = 32 * 1024
+"""The bytes of finished turns a checkpoint keeps at most (the newest first): each turn's end
+writes one, so this bounds what the checkpoints add to the log per turn. Values above the blob
+threshold are blob references there, so a long reply costs a few dozen bytes."""
 
 CHECKPOINT_SEARCH = 256
 """Events read back from the tail to find the latest checkpoint (eight times more on each
@@ -161,7 +167,14 @@ class SessionView:
         beyond the last :data:`HISTORY_WINDOW` dropped."""
         order = self.in_order()
         finished = [turn for turn in order if self.finished(turn)]
-        keep = set(finished[-HISTORY_WINDOW:]) | {t for t in order if not self.finished(t)}
+        kept = finished[-HISTORY_WINDOW:]
+        budget = CHECKPOINT_HISTORY_BYTES
+        for index in range(len(kept) - 1, -1, -1):  # newest first, within the byte budget
+            budget -= self._size(kept[index])
+            if budget < 0:
+                kept = kept[index + 1 :]
+                break
+        keep = set(kept) | {t for t in order if not self.finished(t)}
         return {
             "t": "checkpoint",
             "as_of": as_of,
@@ -174,10 +187,16 @@ class SessionView:
             "signals": self.signals,
             "open_waits": [[t, n, intent] for (t, n), intent in self.open_waits.items()],
             "started": sorted(self.started),
-            "pruned": self.pruned or len(finished) > HISTORY_WINDOW,
+            "pruned": self.pruned or len(kept) < len(finished),
             "bytes": self.bytes,
             "summary": self.summary,
         }
+
+    def _size(self, turn: str) -> int:
+        """The bytes a finished turn's input and reply (or failure) add to a checkpoint."""
+        parts: list[Any] = [self.inputs[turn][1]]
+        parts.append(self.replies[turn][1] if turn in self.replies else self.failures.get(turn))
+        return sum(len(json.dumps(part, separators=(",", ":"))) for part in parts)
 
     @classmethod
     def from_checkpoint(cls, body: dict[str, Any]) -> SessionView:
