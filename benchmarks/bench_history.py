@@ -30,9 +30,10 @@ costs the same at turn 10 and turn 10,000. Before bounded history (bdbc28b) ever
 read the whole session log and grew linearly with it (the baseline in 1925ce8). Since 92b8e90
 they read from the session's latest checkpoint: ``--history N`` passes ``history=N`` to
 ``Journal.open`` and ``history_turns=N`` to the ``Agent``, which is the bounded mode for N up
-to 100; without it (``history=None``, the default Agent) a turn asks for all of its history,
-so ``Journal.open`` of a session of more than 100 turns reads the whole log by design (msgs
-then grows with the session; with ``--history N`` it stops at 2N + 1).
+to the turns a checkpoint keeps (at most 100; since f420e8d at most 32 KiB of them, 39 turns
+here); without it (``history=None``, the default Agent) a turn asks for all of its history,
+so ``Journal.open`` of a session with more finished turns than that reads the whole log by
+design (msgs then grows with the session; with ``--history N`` it stops at 2N + 1).
 
 How a session of K turns is built, fast and checked: all but the last two turns are appended
 straight to the session log in batches, four events per turn with the keys and JSON bodies
@@ -50,22 +51,24 @@ turns are real: ``Client.submit``, ``Journal.open``, ``Agent.run_turn`` with a
 ``ScriptedModel``, ``hand_on``. Checks, byte for byte (the run stops on a difference): before
 measuring, a session of a few built turns must be the log a few real turns write, event for
 event; and in every measured session the two real turns must have written exactly what the
-builder would have (their checkpoints then hold the last 100 turns of a long built session).
+builder would have (their checkpoints then hold the latest turns of a long built session).
 Sessions are run without a ``Worker``, so none is continued in a fresh log (continue-as-new,
-``HistoryLimits``: a worker continues a session at 10 MiB or 10,240 events, about 160 turns of
-this kind): each measures one log of K turns, as a session of that length was before
+``HistoryLimits``: a worker continues a session at 10 MiB or 10,240 events, a few hundred
+turns of this kind): each measures one log of K turns, as a session of that length was before
 continue-as-new or is with limits raised that far.
 
 ``--requests`` says which model request each earlier turn recorded:
 
 * ``own`` (the default): the turn's own user message only (an agent whose conversation is
   just that message). Every outcome is then about 1 KiB, and the session log grows linearly:
-  1.7 KiB per turn plus its checkpoint, which holds the input and reply of up to 100 finished
-  turns (about 0.9 KiB each): about 90 KiB per turn after the first 100, 880 MiB at 10,000.
+  1.7 KiB per turn plus its checkpoint, which holds the input and reply (0.8 KiB) of as many
+  of the latest finished turns as the journal keeps: 100 at 92b8e90 (a 90 KiB checkpoint,
+  880 MiB at 10,000 turns), at most 32 KiB of them since f420e8d (39 turns, 36 KiB, a
+  360 MiB log at 10,000 turns).
 * ``full``: the request the default ``Agent`` makes, the whole conversation so far (the last
   ``--history`` turns of it, when given). The outcome of the k-th turn then carries ``parts``
   digests of its 2k + 1 messages (about 87 bytes more per earlier turn): the session log
-  grows with the square of its turns, about 45 MB at 1,000 turns and 4.4 GB at 10,000, so
+  grows with the square of its turns, by 45 MB at 1,000 turns and 4.4 GB at 10,000, so
   this mode refuses logs above 256 MiB. It shows what a default agent's session costs.
 
 The JSON has, at the longest session of each World, a split of ``Journal.open`` into the time
@@ -74,9 +77,8 @@ spent inside ``Log`` calls (the backend's query and building ``Event`` objects) 
 a cProfile of five ``Journal.open`` calls there (top functions by own time, to stderr).
 
 Timings on a shared machine are noisy: compare rows of one run. Bounded: a few minutes with
-``--history 20`` (the default mode reads the whole 880 MiB log in each of the 30-odd
-``Journal.open`` calls at 10,000 turns: about ten minutes), seconds with ``--quick`` (10 and
-100 turns).
+``--history 20``; the default mode reads the whole log at 10,000 turns in each of its 30-odd
+``Journal.open`` calls (ten minutes or more); seconds with ``--quick`` (10 and 100 turns).
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ from world_core.journal import (
     hand_on,
     session_log_id,
 )
-from world_core.journal._session import HISTORY_WINDOW, SessionView
+from world_core.journal._session import SessionView
 from world_core.spi import Log
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -135,7 +137,7 @@ BATCH_BYTES = 2 * 1024 * 1024  # per append while building, well under MAX_PAYLO
 BATCH_EVENTS = 3000
 FULL_LIMIT_BYTES = 256 * 1024 * 1024
 PART_BYTES = 87  # what one earlier turn adds to a full request's recorded parts
-CHECKPOINT_TURN_BYTES = 910  # what one finished turn adds to a checkpoint (input and reply)
+PROBE_TURNS = 150  # built to estimate a log's size: past the history a checkpoint keeps
 
 _WORDS = (
     "the order shipped on monday but the tracking page still shows it as pending and the "
@@ -312,9 +314,12 @@ class SessionBuilder:
 
 
 def estimated_log_bytes(turns: int, settings: Settings) -> int:
-    """Roughly the size of a built session log (for the ``full`` limit)."""
-    kept = min(turns, HISTORY_WINDOW)
-    size = 2400 * turns + CHECKPOINT_TURN_BYTES * (kept * turns - kept * kept // 2)
+    """Roughly the size of a built session log (for the ``full`` limit): what the builder
+    writes for its first turns (checkpoints grow until they hold all the history the journal
+    keeps), the last of them again for each later turn, plus the full requests' parts."""
+    probe = SessionBuilder(full=False)
+    sizes = [sum(len(e.data) for e in probe.turn(i)) for i in range(min(turns, PROBE_TURNS))]
+    size = sum(sizes) + sizes[-1] * (turns - len(sizes))
     if settings.full:
         window = turns if settings.history is None else min(turns, settings.history)
         size += PART_BYTES * (window * turns - window * window // 2)
