@@ -450,3 +450,19 @@ async def test_blob_thresholds_are_checked_before_anything_is_written(world: Wor
         with pytest.raises(InvalidArgumentError, match="threshold"):
             await write_state(world, "s", "doc/x", {"a": 1}, threshold=bad)  # type: ignore[arg-type]  # under test
     assert await world.log.tail(LOG) == 0
+
+
+async def test_history_turns_keeps_the_latest_turns_and_all_of_fewer(world: World) -> None:
+    """``Agent(history_turns=N)``: the model sees the last N earlier turns, or all of them
+    when there are fewer (15 earlier turns with N=20 are 15, not 5)."""
+    client = Client(world)
+    model = ScriptedModel(lambda request: ModelReply(content=f"seen {len(request.messages)}"))
+    for n in range(15):
+        turn = await client.submit("s", f"m{n}", turn_id=f"t{n}")
+        await Agent(model=model).run_turn(await Journal.open(world, "s", turn))
+    last = await client.submit("s", "last", turn_id="last")
+    for window, seen in ((20, 15), (15, 15), (4, 4), (0, 0)):
+        agent = Agent(model=model, history_turns=window)
+        messages = agent.conversation(await Journal.open(world, "s", last, history=window))
+        users = [m["content"] for m in messages if m["role"] == "user"]
+        assert users == [f"m{n}" for n in range(15 - seen, 15)] + ["last"], (window, users)

@@ -28,9 +28,10 @@ class Agent:
         max_model_calls: a turn that has not answered after this many model calls ends with
             a reply saying so (deterministically, so replay ends the same way).
         history_turns: how many of the session's earlier turns the model sees (the latest
-            ones); None: all. As many as the session's checkpoints keep (up to 100, and 32 KiB
+            ones); None: all. As many as the session's checkpoints keep (up to 100, and 16 KiB
             of messages), a turn is opened from the latest checkpoint at the same cost at turn
-            10 or 10,000; more are read from the whole log. Changing it changes what replays of open turns send.
+            10 or 10,000; more are read from the whole log. Changing it changes what replays
+            of open turns send.
         summarize: ``summarize(previous_summary, turns) -> str | None`` (may be async):
             when the session's log is continued in a fresh one (it grew past the worker's
             history limits), the summary of the turns left behind; the model sees it first.
@@ -93,7 +94,9 @@ class Agent:
             messages.append({"role": "system", "content": summary})
         history = journal.history
         if self.history_turns is not None:
-            history = history[len(history) - self.history_turns :] if self.history_turns else []
+            history = history[max(0, len(history) - self.history_turns) :]
+            if not self.history_turns:
+                history = []
         for message, reply in history:
             messages.append({"role": "user", "content": message})
             messages.append({"role": "assistant", "content": reply})

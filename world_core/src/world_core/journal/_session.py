@@ -47,14 +47,14 @@ HISTORY_WINDOW = 100
 """Finished turns a checkpoint keeps at most (message and reply or failure): the history a
 turn can have without reading the whole log."""
 
-CHECKPOINT_HISTORY_BYTES = 32 * 1024
+CHECKPOINT_HISTORY_BYTES = 16 * 1024
 """The bytes of finished turns a checkpoint keeps at most (the newest first): each turn's end
 writes one, so this bounds what the checkpoints add to the log per turn. Values above the blob
 threshold are blob references there, so a long reply costs a few dozen bytes."""
 
-CHECKPOINT_SEARCH = 256
+CHECKPOINT_SEARCH = 8
 """Events read back from the tail to find the latest checkpoint (eight times more on each
-further try, up to the whole log)."""
+further try, up to the whole log): the previous turn's end is usually among the last few."""
 
 
 def decode_event(data: bytes) -> dict[str, Any] | None:
