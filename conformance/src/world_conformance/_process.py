@@ -113,13 +113,23 @@ async def _reap(process: Process) -> None:
 
 
 def _parse(event: Event | Chunk) -> tuple[str, int, int]:
-    tag, batch, index = event.data.rstrip(b"\x00").decode().split(":")
-    return tag, int(batch), int(index)
+    """(tag, batch, index) of what a child wrote; (its data, -1, -1) for anything else."""
+    text = event.data.rstrip(b"\x00").decode(errors="replace")
+    match text.split(":"):
+        case [tag, batch, index] if batch.isdigit() and index.isdigit():
+            return tag, int(batch), int(index)
+        case _:
+            return text[:40], -1, -1
 
 
 async def _kill_at_random(child: _Child, acks: int) -> list[dict[str, Any]]:
     """Let the child run until it reported ``acks`` lines, kill it at a random instant soon
-    after, and return every line it printed (those are acknowledged operations)."""
+    after, and return every line it printed (those are acknowledged operations).
+
+    The kill does not end what the child had already sent: a store may finish an operation in
+    flight at the kill (a server executing the statement it received) at any later instant,
+    before or after the reads that follow. Contracts count on that operation being whole or
+    absent, never on when it resolves."""
     await child.go()
     lines: list[dict[str, Any]] = []
     with anyio.fail_after(WAIT * 3):
@@ -136,12 +146,20 @@ async def _kill_at_random(child: _Child, acks: int) -> list[dict[str, Any]]:
     return lines
 
 
-def _check_whole_batches(events: list[Event], size_of: dict[str, int]) -> None:
-    """Dense from 1; each batch whole and on consecutive positions; batches in order per tag."""
+def _whole_batches(
+    events: list[Event], size_of: dict[str, int], *, singles: frozenset[bytes] = frozenset()
+) -> dict[tuple[str, int], int]:
+    """Check a log written by batch appenders (and single events whose data is in
+    ``singles``): dense from 1; each batch whole and on consecutive positions; batches in
+    order per tag, from 0. Returns the tail (seq of the last event) of each batch."""
     assert [e.seq for e in events] == list(range(1, len(events) + 1)), "positions not dense"
+    tails: dict[tuple[str, int], int] = {}
     position = 0
     last: dict[str, int] = {}
     while position < len(events):
+        if events[position].data in singles:
+            position += 1
+            continue
         tag, batch, index = _parse(events[position])
         assert index == 0, f"seq {events[position].seq} starts inside a batch: {tag}:{batch}"
         size = size_of[tag]
@@ -149,7 +167,43 @@ def _check_whole_batches(events: list[Event], size_of: dict[str, int]) -> None:
         assert run == [(tag, batch, i) for i in range(size)], f"batch {tag}:{batch} is torn"
         assert batch == last.get(tag, -1) + 1, f"{tag} batches out of order at {batch}"
         last[tag] = batch
+        tails[(tag, batch)] = events[position + size - 1].seq
         position += size
+    return tails
+
+
+def _check_killed_appenders(
+    tails: dict[tuple[str, int], int],
+    acknowledged: dict[tuple[str, int], int],
+    in_flight: dict[str, int],
+) -> None:
+    """What a log holds of appenders killed at random instants, read at any time after the
+    kills: every acknowledged batch at the tail its append returned; of each appender's batch
+    in flight at its kill (``in_flight[tag]``, sent, never acknowledged), all or nothing, as
+    the store resolves it, perhaps only later; nothing after it (the appender never sent
+    more). ``tails`` is what :func:`_whole_batches` returned for the read."""
+    for key, tail in acknowledged.items():
+        assert tails.get(key) == tail, f"acknowledged batch {key} lost or moved"
+    for tag, unsure in in_flight.items():
+        stored = len([key for key in tails if key[0] == tag])
+        assert stored in (unsure, unsure + 1), (
+            f"appender {tag} was killed after {unsure} acknowledged batches: the log holds "
+            f"those and the batch in flight at the kill, whole or not at all, so {unsure} or "
+            f"{unsure + 1} batches of {tag}, not {stored}"
+        )
+
+
+def _check_whole_writes(chunks: list[Chunk], size: int, tag: str) -> None:
+    """Chunks indexed densely from 0, written by whole writes of ``size`` chunks in order."""
+    assert [c.index for c in chunks] == list(range(len(chunks))), "indexes not dense"
+    found = [_parse(c) for c in chunks]
+    expected = [(tag, b, i) for b in range(len(chunks) // size) for i in range(size)]
+    pairs = zip(found, expected, strict=False)
+    at = next((i for i, (got, want) in enumerate(pairs) if got != want), len(expected))
+    assert found == expected, (
+        f"a write was torn or reordered: of {len(chunks)} chunks, written {size} at a time, "
+        f"chunk {at} holds {found[at]}"
+    )
 
 
 class ProcessContract(ContractBase):
@@ -188,7 +242,7 @@ class ProcessContract(ContractBase):
                     group.start_soon(collect, tag, child)
         events = await shared_world.log.read("multi")
         assert len(events) == batches * sum(sizes.values())
-        _check_whole_batches(events, sizes)
+        _whole_batches(events, sizes)
         by_data = {_parse(e): e.seq for e in events}
         for tag, lines in results.items():
             assert [line["batch"] for line in lines] == list(range(batches))
@@ -199,12 +253,17 @@ class ProcessContract(ContractBase):
     async def test_process_killed_writer_leaves_whole_batches(
         self, shared_world: World, world_target: WorldTarget
     ) -> None:
-        """SIGKILL lands at a random instant of a stream of appends; twice. Afterwards the log
-        holds whole batches only, densely, every acknowledged batch among them, and it takes
-        appends again."""
+        """SIGKILL lands at a random instant of a stream of appends; twice. The log holds
+        whole batches only, densely: every acknowledged batch where its append said, and of
+        the batch in flight at each kill all or nothing; and it takes appends again.
+
+        The batch in flight may land at any instant after the kill, also between the reads
+        here and around the append after them (a server finishing the killed process's
+        statement late): each check holds whenever it lands."""
         size, pad = 16, 4096
         sizes: dict[str, int] = {}
         acknowledged: dict[tuple[str, int], int] = {}
+        in_flight: dict[str, int] = {}
         for round_ in range(2):
             tag = f"k{round_}"
             sizes[tag] = size
@@ -214,15 +273,22 @@ class ProcessContract(ContractBase):
             )  # fmt: skip
             async with _spawn([argv]) as (child,):
                 lines = await _kill_at_random(child, 3)
+            assert [line["batch"] for line in lines] == list(range(len(lines))), lines
+            in_flight[tag] = len(lines)
             for line in lines:
                 acknowledged[(tag, line["batch"])] = line["tail"]
-        events = await shared_world.log.read("crash")
-        _check_whole_batches(events, sizes)
-        last_of = {_parse(e)[:2]: e.seq for e in events if _parse(e)[2] == size - 1}
-        for key, tail in acknowledged.items():
-            assert last_of.get(key) == tail, f"acknowledged batch {key} lost or moved"
-        tail = len(events)
-        assert await shared_world.log.append("crash", [NewEvent(data=b"after")]) == tail + 1
+        log = shared_world.log
+        events = await log.read("crash")
+        _check_killed_appenders(_whole_batches(events, sizes), acknowledged, in_flight)
+        tail = await log.append("crash", [NewEvent(data=b"after")])
+        later = await log.read("crash")
+        assert later[: len(events)] == events, "stored events changed after the kills"
+        assert [e.seq for e in later if e.data == b"after"] == [tail], (
+            f"the append after the kills returned tail {tail}: its event belongs there, once"
+        )
+        assert tail > len(events), f"the append after the kills returned {tail}, not a new tail"
+        everything = _whole_batches(later, sizes, singles=frozenset({b"after"}))
+        _check_killed_appenders(everything, acknowledged, in_flight)
 
     @pytest.mark.world_process
     async def test_process_claimers_never_share(
@@ -288,6 +354,13 @@ class ProcessContract(ContractBase):
     async def test_process_killed_stream_writer_leaves_whole_writes(
         self, shared_world: World, world_target: WorldTarget
     ) -> None:
+        """SIGKILL lands at a random instant of a stream of writes. The stream holds whole
+        writes only, densely: every acknowledged write where it said, and of the write in
+        flight at the kill all or nothing; and it takes writes again.
+
+        The write in flight may land at any instant after the kill, also between the reads
+        here and around the write after them (a server finishing the killed process's
+        statement late): each check holds whenever it lands."""
         size, pad = 8, 8192
         argv = world_target.child_command(
             "write", "out", "--batches", "1000000", "--size", str(size),
@@ -295,14 +368,34 @@ class ProcessContract(ContractBase):
         )  # fmt: skip
         async with _spawn([argv]) as (child,):
             lines = await _kill_at_random(child, 3)
-        info = await shared_world.stream.info("out")
-        assert info.next_index % size == 0, f"a write was torn: next_index={info.next_index}"
-        assert max(line["next"] for line in lines) <= info.next_index, "an ack was lost"
-        chunks = await take(shared_world.stream.read("out"), info.next_index)
-        assert [c.index for c in chunks] == list(range(info.next_index))
-        expected = [("w", b, i) for b in range(info.next_index // size) for i in range(size)]
-        assert [_parse(c) for c in chunks] == expected
-        assert await shared_world.stream.write("out", [b"after"]) == info.next_index + 1
+        acked = len(lines)
+        assert [(line["batch"], line["next"]) for line in lines] == [
+            (b, (b + 1) * size) for b in range(acked)
+        ], f"acknowledged writes not where they said: {lines}"
+        whole = (acked * size, (acked + 1) * size)  # without, with the write in flight
+
+        def holds(next_index: int) -> str:
+            return (
+                f"the writer was killed after {acked} acknowledged writes of {size} chunks: "
+                "the stream holds those and the write in flight at the kill, whole or not at "
+                f"all, so its next index is {whole[0]} or {whole[1]}, not {next_index}"
+            )
+
+        stream = shared_world.stream
+        info = await stream.info("out")
+        assert info.next_index in whole, holds(info.next_index)
+        chunks = await take(stream.read("out"), info.next_index)
+        _check_whole_writes(chunks, size, "w")
+        after = await stream.write("out", [b"after"])
+        assert after - 1 in whole, holds(after - 1)
+        assert after - 1 >= info.next_index, f"the write after the kill returned {after}"
+        later = await take(stream.read("out"), after)
+        assert later[: info.next_index] == chunks, "stored chunks changed after the kill"
+        assert later[-1:] == [Chunk(index=after - 1, data=b"after")], (
+            f"the write after the kill returned next index {after}: its chunk belongs at "
+            f"{after - 1}, found {later[-1:]}"
+        )
+        _check_whole_writes(later[:-1], size, "w")
 
     @pytest.mark.world_process
     async def test_process_watch_sees_other_process(
