@@ -39,7 +39,7 @@ from typing import Any
 
 from world_core.errors import ConfigurationError, ConflictError, DuplicateKeyError
 from world_core.journal._blobs import Blobs
-from world_core.journal._journal import PastTurn, _text, canonical_json
+from world_core.journal._journal import PastTurn, canonical_json, past_turn
 from world_core.journal._session import (
     CONTINUED_FROM_KEY,
     CONTINUED_KEY,
@@ -200,14 +200,4 @@ def _carried(view: SessionView, carry_turns: int, summary: str | None) -> dict[s
 
 async def _finished_turns(world: World, view: SessionView) -> list[PastTurn]:
     blobs = Blobs(world.stream)
-    turns: list[PastTurn] = []
-    for turn in view.in_order():
-        message = await _text(blobs, view.inputs[turn][1], "message")
-        if turn in view.replies:
-            reply = await _text(blobs, view.replies[turn][1], "reply")
-            turns.append(PastTurn(turn, message, reply=reply))
-        elif turn in view.failures:
-            failed = view.failures[turn]
-            failure = {k: failed.get(k) for k in ("error_type", "error", "attempts", "step")}
-            turns.append(PastTurn(turn, message, failure=failure))
-    return turns
+    return [await past_turn(blobs, view, t) for t in view.in_order() if view.finished(t)]

@@ -1677,7 +1677,7 @@ async def _load(session: SessionView, events: list[Event], turn_id: str, blobs: 
             turn.steps.setdefault(int(body["step"]), _Step()).outcome = body
     if turn_id in session.failures:
         body = session.failures[turn_id]
-        turn.failure = {k: body.get(k) for k in ("error_type", "error", "attempts", "step")}
+        turn.failure = _failure_record(body)
     for name, body in session.state.items():
         turn.state[name] = await load_value(blobs, body)
     if turn_id in session.inputs:
@@ -1688,19 +1688,26 @@ async def _load(session: SessionView, events: list[Event], turn_id: str, blobs: 
         for other in session.in_order():
             if other == turn_id:
                 break
-            if not session.finished(other):
-                continue
-            message = await _text(blobs, session.inputs[other][1], "message")
-            if other in session.replies:
-                reply = await _text(blobs, session.replies[other][1], "reply")
-                turn.past.append(PastTurn(other, message, reply=reply))
-            else:
-                failed = session.failures[other]
-                failure = {k: failed.get(k) for k in ("error_type", "error", "attempts", "step")}
-                turn.past.append(PastTurn(other, message, failure=failure))
+            if session.finished(other):
+                turn.past.append(await past_turn(blobs, session, other))
     if turn_id in session.replies:
         turn.reply = await _text(blobs, session.replies[turn_id][1], "reply")
     return turn
+
+
+def _failure_record(body: dict[str, Any]) -> dict[str, Any]:
+    """What a failure event records: ``error_type``, ``error``, ``attempts``, ``step``."""
+    return {k: body.get(k) for k in ("error_type", "error", "attempts", "step")}
+
+
+async def past_turn(blobs: Blobs, session: SessionView, turn_id: str) -> PastTurn:
+    """Finished turn ``turn_id`` of the view: its message, and its reply or failure."""
+    message = await _text(blobs, session.inputs[turn_id][1], "message")
+    if turn_id in session.replies:
+        return PastTurn(
+            turn_id, message, reply=await _text(blobs, session.replies[turn_id][1], "reply")
+        )
+    return PastTurn(turn_id, message, failure=_failure_record(session.failures[turn_id]))
 
 
 async def _open_view(
