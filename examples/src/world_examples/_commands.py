@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from world_examples._demos import DEMOS
+
 __all__ = ["register"]
 
 
@@ -44,7 +46,7 @@ def register(sub: Any) -> None:
     demo.add_argument(
         "which",
         nargs="?",
-        choices=("crashes", "approval"),
+        choices=DEMOS,
         default="crashes",
         help="crashes: the crash matrix (the default); approval: a send that waits for a "
         "person's approval, crashed around the wait",

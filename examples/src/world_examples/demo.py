@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -49,6 +50,7 @@ from world_core import (
     session_log_id,
 )
 from world_core.spi import validate_namespace
+from world_examples._demos import DEMO_MODULES, DEMOS
 from world_examples.crash_agent import MESSAGE, SEND_TIMEOUT
 from world_examples.inbox import Inbox
 
@@ -491,11 +493,6 @@ def _remove_if_empty(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-DEMOS = ("crashes", "approval")
-"""``world demo [which]``: the crash matrix (the default), or the approval demo
-(:mod:`world_examples.approval_demo`)."""
-
-
 async def run_demo(
     *,
     world: str | None = None,
@@ -545,10 +542,9 @@ async def run_demo(
             out = sys.stderr if as_json else sys.stdout
             screen = _Screen(out, tty=out.isatty())
             with Inbox(folder / "inbox") as inbox:
-                if which == "approval":
-                    from world_examples import approval_demo
-
-                    introduce, run = approval_demo.introduce, approval_demo.run
+                if which != "crashes":
+                    module = import_module(DEMO_MODULES[which])
+                    introduce, run = module.introduce, module.run
                 else:
                     introduce, run = _introduce, _run
                 introduce(screen, opened, namespace, base, where, inbox)
