@@ -559,7 +559,8 @@ async def run_demo(
                     screen=screen,
                 )
                 try:
-                    return await run(ctx, as_json)
+                    status: int = await run(ctx, as_json)
+                    return status
                 finally:
                     with anyio.CancelScope(shield=True):
                         await opened.purge()
