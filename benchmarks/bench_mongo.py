@@ -226,7 +226,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--chunks", type=int, default=50)
     parser.add_argument("--json", action="store_true", help="print JSON after the table")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the work: a smoke run")
     args = parser.parse_args()
+    if args.quick:
+        args.appends, args.messages, args.chunks = (
+            max(1, n // 10) for n in (args.appends, args.messages, args.chunks)
+        )
     if not args.url:
         sys.exit("set WORLD_TEST_MONGO_URL or WORKFLOW_MONGO_URL, or pass --url")
     result = asyncio.run(run(args))

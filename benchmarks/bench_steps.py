@@ -162,8 +162,11 @@ def main() -> int:
         "--postgres-url", default=os.environ.get("WORLD_BENCH_POSTGRES_URL", PG_URL)
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="one round: a smoke run")
     parser.add_argument("--dbos-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.rounds = 1
     if args.dbos_child:
         _dbos_child(os.environ["WORLD_BENCH_DBOS_URL"], args.rounds)
         return 0

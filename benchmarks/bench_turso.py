@@ -314,9 +314,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=400)
     parser.add_argument("--chunks", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print JSON after the table")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the work: a smoke run")
     parser.add_argument("--sqlite3-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--queue-child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.appends, args.messages, args.chunks = (
+            max(1, n // 10) for n in (args.appends, args.messages, args.chunks)
+        )
     if args.sqlite3_child is not None:
         sqlite3_child(args.sqlite3_child, args.appends)
         return

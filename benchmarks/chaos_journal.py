@@ -700,7 +700,12 @@ def main() -> int:
     parser.add_argument("--redis-url", default=os.environ.get("WORLD_BENCH_REDIS_URL", REDIS_URL))
     parser.add_argument("--logs", help="copy the workers' logs to DIR/<world>/")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--quick", action="store_true", help="6 turns, 2 workers, 8 s of injection: a smoke run"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.turns, args.workers, args.deadline = 6, 2, 8.0
     names = list(WORLDS) if args.world == "all" else args.world.split(",")
     unknown = [n for n in names if n not in WORLDS]
     if unknown or args.turns < 1 or args.workers < 1 or args.lease <= 0 or args.interval <= 0:
