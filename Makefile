@@ -1,5 +1,5 @@
 # Everyday commands. `make test` is the README's test command and what CI runs.
-.PHONY: sync lint format typecheck test demo bench chaos
+.PHONY: sync lint format typecheck test demo bench bench-quick chaos
 
 sync:
 	uv sync
@@ -25,6 +25,11 @@ demo: sync
 bench:
 	uv sync --group bench
 	.ci/with-servers sh -c 'for b in benchmarks/bench_*.py; do uv run --group bench python "$$b" || exit 1; done'
+
+# Every benchmark once with --quick: checks each still runs and ends with its JSON (CI runs it).
+bench-quick:
+	uv sync --group bench
+	.ci/with-servers uv run --group bench python benchmarks/smoke.py
 
 # Workers killed (SIGKILL) and paused (SIGSTOP past their lease) at random while turns call two
 # never tools against a loopback sink that honours idempotency keys: exits 1 on a lost turn or
