@@ -1484,6 +1484,7 @@ class Journal:
                     clock=self._clock,
                     lease_held=self._lease_held,
                     state=self._turn.state,
+                    blobs=self._blobs,
                 )
                 self._in_tool = name
                 try:
@@ -1517,16 +1518,19 @@ class Journal:
         parts: tuple[dict[str, Any], dict[str, Any]] | None,
     ) -> dict[str, Any]:
         """Record step ``n``'s outcome (with the state its tool staged); the JSON result."""
-        staged = context.staged if context is not None and "error" not in result else {}
-        if result.get("interrupted"):
-            staged = {}
+        commit = context is not None and "error" not in result and not result.get("interrupted")
         try:
             encoded = canonical_json(result)
         except ValueError as exc:  # NaN or infinity: the call happened, record that it failed
             if kind != "tool":
                 raise
-            result, staged = {"error": f"result is not JSON: {exc}"}, {}
+            result, commit = {"error": f"result is not JSON: {exc}"}, False
             encoded = canonical_json(result)
+        staged: dict[str, Any] = {}
+        if commit and context is not None:
+            for hook in context.before_commit_hooks:
+                await self._retrying(hook)
+            staged = context.staged
         body: dict[str, Any] = dict(identity)
         if parts is not None:
             body["parts"] = parts[0]
@@ -1560,6 +1564,9 @@ class Journal:
             await self._append(events)
         self._turn.state.update(staged)
         self._record(n, outcome=body)
+        if commit and context is not None:
+            for after in context.after_commit_hooks:
+                after()
         # Return what replay will return: the JSON form, not the Python objects.
         decoded: dict[str, Any] = json.loads(encoded)
         return decoded

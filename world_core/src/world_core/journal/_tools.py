@@ -27,6 +27,7 @@ import pydantic
 from pydantic_core import to_jsonable_python
 
 from world_core.errors import InvalidArgumentError, LeaseLostError
+from world_core.journal._blobs import Blobs
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
@@ -151,6 +152,10 @@ class ToolContext:
     only if the call returns (an interrupted or failing call changes nothing). Higher layers
     build on these two (``context.docs`` is the documents layer's view over them, added with
     :meth:`extend`).
+
+    Commit hooks: :meth:`before_commit` and :meth:`after_commit` let such a layer do its I/O
+    once per call (the virtual filesystem stores a call's new file contents as blobs before
+    the outcome that names them), and :attr:`blobs` is the journal's content-addressed store.
     """
 
     def __init__(
@@ -164,6 +169,7 @@ class ToolContext:
         clock: Callable[[], float] = time.time,
         lease_held: Callable[[], bool] | None = None,
         state: Mapping[str, Any] | None = None,
+        blobs: Blobs | None = None,
     ) -> None:
         self.session_id = session_id
         self.turn_id = turn_id
@@ -179,6 +185,38 @@ class ToolContext:
         self._state: Mapping[str, Any] = state if state is not None else {}
         self.staged: dict[str, Any] = {}
         self._extensions: dict[str, object] = {}
+        self._blobs = blobs
+        self.before_commit_hooks: list[Callable[[], Awaitable[None]]] = []
+        self.after_commit_hooks: list[Callable[[], None]] = []
+
+    @property
+    def blobs(self) -> Blobs:
+        """The journal's content-addressed blob store (the World's stream).
+
+        Raises:
+            InvalidArgumentError: this context was built without one (by hand, outside a
+                journal).
+        """
+        if self._blobs is None:
+            raise InvalidArgumentError(
+                "this ToolContext has no blob store: build it with ToolContext(..., blobs=...) "
+                "or let the journal build it"
+            )
+        return self._blobs
+
+    def before_commit(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook`` once the call has returned, before its outcome and staged values are
+        appended, and only if they will be (not for a call that failed, timed out or was
+        interrupted). It may still :meth:`stage` values. It is retried on transient faults
+        (:class:`~world_core.errors.BackendUnavailableError`), so it must be idempotent; any
+        other error it raises stops the step as a failed append would (nothing is recorded,
+        and the turn is run again)."""
+        self.before_commit_hooks.append(hook)
+
+    def after_commit(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` after the call's outcome and staged values were kept (appended, or
+        queued with the next append for a ``safe`` call), and only then."""
+        self.after_commit_hooks.append(hook)
 
     def time_left(self) -> float:
         """Seconds until :attr:`deadline` (negative once it passed)."""
