@@ -1,4 +1,5 @@
-"""Benchmark of the PostgreSQL World against the raw driver and procrastinate, on one server.
+"""Benchmark of the PostgreSQL World against the raw driver, procrastinate and PgQueuer, on one
+server.
 
     uv run --group bench python benchmarks/bench_postgres.py [--url postgresql://...] [--quick]
 
@@ -11,7 +12,9 @@ One run prints a table and one JSON line:
 * queue: messages per second through enqueue then claim + ack, with 1 and 8 concurrent
   producers and workers in this process (claim takes one message per call, like procrastinate's
   fetch), against procrastinate deferring and running the same number of no-op jobs with the
-  same concurrency (its worker with ``wait=False`` and ``delete_jobs="always"``).
+  same concurrency (its worker with ``wait=False`` and ``delete_jobs="always"``), and against
+  PgQueuer (a batching queue: one queue manager per worker, each on its own connection,
+  fetching 10 jobs a round trip, in drain mode) on a database of its own.
 * stream: latency from the start of a 64-byte ``Stream.write`` to a live reader (another task,
   woken through LISTEN/NOTIFY) yielding the chunk.
 
@@ -36,7 +39,12 @@ import asyncpg
 from world_core import NewEvent
 from world_postgres import PostgresWorld, connect
 
-TARGETS = {"append_ratio": 1.3, "queue_8_vs_procrastinate": 3.0, "stream_p50_ms": 3.0}
+TARGETS = {
+    "append_ratio": 1.15,
+    "queue_8_vs_procrastinate": 3.0,
+    "queue_8_vs_pgqueuer": 1.5,
+    "stream_p50_ms": 3.0,
+}
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -172,6 +180,65 @@ async def bench_procrastinate(url: str, workers: int, count: int) -> dict[str, f
     }
 
 
+async def bench_pgqueuer(url: str, workers: int, count: int) -> dict[str, float]:
+    """PgQueuer on its own database: ``workers`` producers enqueue one job per call, then
+    ``workers`` queue managers (a connection each, batch size 10, drain mode) run no-op jobs."""
+    import pgqueuer
+    from pgqueuer.domain.types import QueueExecutionMode
+
+    admin: Any = await asyncpg.connect(url)
+    database = f"bench_pgqueuer_{secrets.token_hex(4)}"
+    await admin.execute(f"CREATE DATABASE {database}")
+    connections: list[Any] = []
+    try:
+        base, _, _ = url.rpartition("/")
+        for _ in range(workers + 1):
+            connections.append(await asyncpg.connect(f"{base}/{database}"))
+        setup = pgqueuer.Queries(pgqueuer.AsyncpgDriver(connections[0]))
+        await setup.install()
+        ran = 0
+
+        async def produce_on(conn: Any, n: int) -> None:
+            queries = pgqueuer.Queries(pgqueuer.AsyncpgDriver(conn))
+            for _ in range(n):
+                await queries.enqueue("noop", b"1")
+
+        producers = iter(connections[1:])
+
+        async def produce(n: int) -> None:
+            await produce_on(next(producers), n)
+
+        t0 = time.perf_counter()
+        await _split(count, workers, produce)
+        t1 = time.perf_counter()
+
+        async def consume(conn: Any) -> None:
+            manager = pgqueuer.QueueManager(pgqueuer.Queries(pgqueuer.AsyncpgDriver(conn)))
+
+            @manager.entrypoint("noop")
+            async def noop(job: pgqueuer.Job) -> None:
+                nonlocal ran
+                ran += 1
+
+            await manager.run(batch_size=10, mode=QueueExecutionMode.drain)
+
+        async with anyio.create_task_group() as tg:
+            for conn in connections[1:]:
+                tg.start_soon(consume, conn)
+        t2 = time.perf_counter()
+        assert ran == count, f"pgqueuer ran {ran} of {count}"
+    finally:
+        for conn in connections:
+            await conn.close()
+        await admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        await admin.close()
+    return {
+        "enqueue_per_s": count / (t1 - t0),
+        "claim_ack_per_s": count / (t2 - t1),
+        "end_to_end_per_s": count / (t2 - t0),
+    }
+
+
 async def bench_stream(world: PostgresWorld, rounds: int) -> dict[str, float]:
     chunk = secrets.token_bytes(64)
     latencies: list[float] = []
@@ -234,6 +301,7 @@ async def main() -> None:
             results[f"queue_{workers}"] = {
                 "world": await bench_world_queue(world, workers, count),
                 "procrastinate": await bench_procrastinate(args.url, workers, count),
+                "pgqueuer": await bench_pgqueuer(args.url, workers, count),
                 "messages": count,
             }
         results["stream"] = await bench_stream(world, rounds // 4)
@@ -261,28 +329,29 @@ async def main() -> None:
             "",
         )
     )
-    for workers in counts:
-        q = results[f"queue_{workers}"]
-        for key, label in (
-            ("enqueue_per_s", "enqueue"),
-            ("claim_ack_per_s", "claim+ack"),
-            ("end_to_end_per_s", "end to end"),
-        ):
-            ours, theirs = q["world"][key], q["procrastinate"][key]
-            target = (
-                f">= {TARGETS['queue_8_vs_procrastinate']}x procrastinate"
-                if workers == 8 and key == "end_to_end_per_s"
-                else ""
-            )
-            print(
-                _row(
-                    f"queue {workers} worker(s), {label} (msg/s)",
-                    f"{ours:.0f}",
-                    f"{theirs:.0f}",
-                    f"{ours / theirs:.2f}x",
-                    target,
+    for peer in ("procrastinate", "pgqueuer"):
+        for workers in counts:
+            q = results[f"queue_{workers}"]
+            for key, label in (
+                ("enqueue_per_s", "enqueue"),
+                ("claim_ack_per_s", "claim+ack"),
+                ("end_to_end_per_s", "end to end"),
+            ):
+                ours, theirs = q["world"][key], q[peer][key]
+                target = (
+                    f">= {TARGETS[f'queue_8_vs_{peer}']}x {peer}"
+                    if workers == 8 and key == "end_to_end_per_s"
+                    else ""
                 )
-            )
+                print(
+                    _row(
+                        f"queue {workers} worker(s), {label} (msg/s)",
+                        f"{ours:.0f}",
+                        f"{theirs:.0f} {peer[:5]}",
+                        f"{ours / theirs:.2f}x",
+                        target,
+                    )
+                )
     s = results["stream"]
     print(_row("stream write->read p50 (ms)", f"{s['p50_ms']:.3f}", "", "", "< 3 ms"))
     print(_row("stream write->read p99 (ms)", f"{s['p99_ms']:.3f}", "", "", ""))
@@ -292,6 +361,8 @@ async def main() -> None:
         "append": a["ratio_p50"] <= TARGETS["append_ratio"],
         "queue_8": q8["world"]["end_to_end_per_s"] / q8["procrastinate"]["end_to_end_per_s"]
         >= TARGETS["queue_8_vs_procrastinate"],
+        "queue_8_pgqueuer": q8["world"]["end_to_end_per_s"] / q8["pgqueuer"]["end_to_end_per_s"]
+        >= TARGETS["queue_8_vs_pgqueuer"],
         "stream": s["p50_ms"] < TARGETS["stream_p50_ms"],
     }
     print(json.dumps(results, sort_keys=True))
