@@ -85,7 +85,7 @@ from world_core.journal._waits import (
     TurnSuspended,
     sign_signal,
 )
-from world_core.journal._worker import TurnResult, Worker
+from world_core.journal._worker import TurnAgent, TurnResult, Worker
 from world_core.spi import (
     Capabilities,
     Chunk,
@@ -133,6 +133,7 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolRegistry",
+    "TurnAgent",
     "TurnResult",
     "TurnSuspended",
     "TurnStatus",

@@ -51,6 +51,7 @@ from world_core.journal._replay import (
     format_report,
     replay_check,
 )
+from world_core.journal._session import session_chain
 from world_core.journal._tools import (
     DEFAULT_TOOL_TIMEOUT,
     MAX_IDEMPOTENCY_KEY_BYTES,
@@ -68,7 +69,7 @@ from world_core.journal._waits import (
     TurnSuspended,
     sign_signal,
 )
-from world_core.journal._worker import TurnResult, Worker
+from world_core.journal._worker import TurnAgent, TurnResult, Worker
 
 __all__ = [
     "CLOCK_MARGIN",
@@ -106,6 +107,7 @@ __all__ = [
     "ToolContext",
     "ToolRegistry",
     "TurnCheck",
+    "TurnAgent",
     "TurnResult",
     "TurnSuspended",
     "TurnStatus",
@@ -124,6 +126,7 @@ __all__ = [
     "read_history",
     "read_state",
     "replay_check",
+    "session_chain",
     "session_log_id",
     "sign_signal",
     "tool",

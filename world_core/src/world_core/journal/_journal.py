@@ -94,12 +94,13 @@ import math
 import random as _random
 import time
 import uuid as _uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
+import pydantic
 from pydantic_core import to_jsonable_python
 
 from world_core.errors import (
@@ -118,6 +119,7 @@ from world_core.errors import (
 )
 from world_core.journal._blobs import BlobRef, Blobs
 from world_core.journal._crash import CrashPoint
+from world_core.journal._observer import StepInfo, TurnObserver, notify
 from world_core.journal._model import ModelClient, ModelReply, ModelRequest, ToolCall
 from world_core.journal._session import (
     SessionView,
@@ -130,10 +132,13 @@ from world_core.journal._session import (
     turn_log,
 )
 from world_core.journal._tools import (
+    DEFAULT_TOOL_TIMEOUT,
     MAX_STATE_NAME_BYTES,
     Replay,
     Tool,
     ToolContext,
+    _check_replay,
+    _check_timeout,
     check_state_name,
     idempotency_key,
 )
@@ -207,6 +212,9 @@ _STEP_BYTES = 2 * 1024 * 1024  # staged values above this in all go to blobs, ho
 _ERROR_CHARS = 2000
 _CHECKPOINT_BYTES = 512 * 1024  # a larger checkpoint is not written inline (see _checkpoint)
 _APPROVAL_ARGUMENTS_BYTES = 16 * 1024  # larger arguments are shown to approvers as a preview
+_NO_ARGUMENTS: type[pydantic.BaseModel] = pydantic.create_model(
+    "step_arguments", __config__=pydantic.ConfigDict(extra="forbid")
+)  # a Journal.step's tool takes none: its body is a closure
 assert 5 + MAX_TURN_ID_BYTES + 6 + 10 + 7 + MAX_STATE_NAME_BYTES <= MAX_ID_BYTES
 
 
@@ -449,6 +457,7 @@ class Journal:
         turn: _Turn,
         *,
         crash: CrashPoint | None,
+        observer: TurnObserver | None = None,
         blob_threshold: int,
         defer_safe: bool = True,
         clock: Callable[[], float] = time.time,
@@ -456,10 +465,13 @@ class Journal:
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
         log_id: str | None = None,
+        run: Mapping[str, str | int] | None = None,
     ) -> None:
         self._world = world
         self._view: SessionView | None = None
         self._owner = owner
+        self._run = dict(run) if run is not None else None
+        self._started: dict[int, float] = {}  # step -> when this Journal began it (its clock)
         self.queue = validate_id(queue, "queue")
         self.session_id = session_id
         self.turn_id = turn_id
@@ -484,6 +496,9 @@ class Journal:
         self._appended_bytes = 0
         self._suspended_at: int | None = None  # the wait this Journal left the turn in
         self._in_tool: str | None = None  # the tool whose call runs now
+        self._observer = observer
+        self._pending_steps: list[int] = []  # steps whose outcomes are in _pending
+        self._step_extra: dict[str, Any] = {}  # what model() and tool() add to the next StepInfo
 
     @classmethod
     async def open(
@@ -493,6 +508,7 @@ class Journal:
         turn_id: str,
         *,
         crash: CrashPoint | None = None,
+        observer: TurnObserver | None = None,
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
         defer_safe: bool = True,
         clock: Callable[[], float] | None = None,
@@ -500,12 +516,16 @@ class Journal:
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
         history: int | None = None,
+        run: Mapping[str, str | int] | None = None,
     ) -> Journal:
         """Load the session log (one read, plus the blobs it names) and return the journal of
         ``turn_id``.
 
         Args:
             crash: die at this point (see :mod:`world_core.journal._crash`); None in production.
+            observer: told of each step as it starts, finishes or is replayed, and of the
+                model's text as it streams (see :mod:`world_core.journal._observer`); its
+                errors are logged and dropped. A model client with ``stream`` is streamed.
             blob_threshold: values above this many bytes go to blobs.
             defer_safe: let ``safe`` tool outcomes ride with the next append (the default);
                 False writes each at once, one append per ``safe`` step.
@@ -518,6 +538,11 @@ class Journal:
                 as stale (:attr:`resumed_by`).
             queue: the queue the turn's messages are on (its worker's): child runs are
                 queued there unless told otherwise, and their ends wake this turn there.
+            run: who runs this attempt of the turn, recorded with every event this Journal
+                writes (``"run"``; a worker passes ``worker``, ``message`` and ``attempt``),
+                so a trace can tell which run wrote what. Every event also carries ``at``
+                (``clock()`` when it was made) and each outcome ``started`` (when this Journal
+                began the step). Readers must accept events without them (older histories).
             history: how many earlier turns :attr:`history` must hold at least (None: all).
                 Up to :data:`~world_core.journal._session.HISTORY_WINDOW`, the turn is read
                 from the session's latest checkpoint, whatever the session's length; more
@@ -542,6 +567,7 @@ class Journal:
             turn_id,
             turn,
             crash=crash,
+            observer=observer,
             blob_threshold=blob_threshold,
             defer_safe=defer_safe,
             clock=clock if clock is not None else time.time,
@@ -549,6 +575,7 @@ class Journal:
             owner=owner,
             queue=queue,
             log_id=log_id,
+            run=run,
         )
         journal._view = view
         if history is not None and len(turn.past) > history:
@@ -693,14 +720,29 @@ class Journal:
             "last_message": payload["messages"][-1] if payload["messages"] else None,
         }
         parts = _request_parts(payload)
+        observer = self._observer
+        stream = getattr(client, "stream", None) if observer is not None else None
+        model_name = getattr(client, "model", None)
+        self._step_extra = {"model": model_name if isinstance(model_name, str) else None}
+        self._step_extra["input"] = payload
 
         async def run(step: int) -> dict[str, Any]:
             self.model_calls += 1
+
+            def on_text(delta: str, retry: int = 0) -> None:
+                notify(observer, "model_text", step, delta, retry)
+
             try:
-                reply = await client.complete(request)
+                if callable(stream):  # streamed to the observer, recorded as one reply
+                    reply = cast(ModelReply, await stream(request, on_text))
+                else:
+                    reply = await client.complete(request)
             except ModelReplyError as exc:  # paid for: record it, never ask again
                 return {"error": _describe(exc), "raw": exc.raw[:_ERROR_CHARS]}
-            return {"output": reply.model_dump(mode="json")}
+            output = reply.model_dump(mode="json")
+            if output.get("usage") is None:
+                output.pop("usage", None)  # recorded only when the server reported it
+            return {"output": output}
 
         result = await self._step(
             "model", "model", digest_of(payload), preview, "safe", run, parts=(parts, payload)
@@ -763,11 +805,114 @@ class Journal:
             args = tool.parse(arguments)
         except (ValueError, InvalidArgumentError) as exc:
             return f"Error: {exc}"
+        self._step_extra = {"call_id": call.id}
         result = await self._tool_step(tool, arguments, args)
         if "error" in result:
             return f"Error: {result['error']}"
         output = result["output"]
         return output if isinstance(output, str) else canonical_json(output).decode("utf-8")
+
+    async def step(
+        self,
+        kind: Literal["model", "tool"],
+        name: str,
+        fn: Callable[[ToolContext | None], Awaitable[Any]],
+        *,
+        input: object = None,
+        replay: Replay = "safe",
+        timeout: float = DEFAULT_TOOL_TIMEOUT,  # noqa: ASYNC109 - recorded as the deadline
+    ) -> Any:
+        """Run ``fn`` as one named step under the journal's rules; returns its JSON result.
+
+        The general hook for layers that drive their own calls (adapters of agent
+        frameworks): the step is identified by ``kind``, ``name`` and the digest of
+        ``input`` (canonical JSON: leave out what changes between runs, such as timestamps),
+        and replay compares them like any step's.
+
+        * ``kind="model"``: a paid call, like :meth:`model`: no intent; its outcome is
+          appended at once, so a finished call is never made twice. ``fn(None)`` runs;
+          an exception it raises is not recorded (the step runs again when retried).
+          ``replay`` and ``timeout`` do not apply.
+        * ``kind="tool"``: a call with a replay label, like :meth:`call`: ``never`` writes its
+          intent (with the deadline ``timeout`` seconds away) before ``fn`` runs, shielded,
+          and an interrupted call is never run again; ``safe`` runs again. ``fn(context)``
+          gets the call's :class:`~world_core.ToolContext` (idempotency key, ``check()``).
+          Anything it raises is the recorded outcome.
+
+        Returns:
+            ``fn``'s return value in its JSON form (as a replay returns it).
+
+        Raises:
+            InvalidArgumentError: a bad ``kind``, ``name``, ``replay`` or ``timeout``, or an
+                ``input`` JSON cannot hold (nothing is recorded).
+            ToolError: the tool step raised or timed out (recorded; a replay raises it too).
+            PossiblyRanError: a ``never`` step was interrupted and may have happened.
+            NonDeterminismError: the journal holds another step at this position.
+        """
+        if kind not in ("model", "tool"):
+            raise InvalidArgumentError(f"kind must be 'model' or 'tool', got {kind!r}")
+        if not isinstance(name, str) or not name or len(name) > _PREVIEW_CHARS:
+            raise InvalidArgumentError(
+                f"name must be a non-empty str of at most {_PREVIEW_CHARS} characters, "
+                f"got {name!r:.80}"
+            )
+        if not callable(fn):
+            raise InvalidArgumentError(f"fn must be an async callable, got {fn!r:.80}")
+        try:
+            digest = digest_of(to_jsonable_python(input))
+        except Exception as exc:
+            raise InvalidArgumentError(f"step {name!r}: input is not JSON: {exc}") from None
+        if kind == "model":
+
+            async def run(step: int) -> dict[str, Any]:
+                self.model_calls += 1
+                return {"output": to_jsonable_python(await fn(None))}
+
+            result = await self._step("model", name, digest, input, "safe", run)
+            return result["output"]
+        label = _check_replay(replay, name)
+        seconds = _check_timeout(timeout, name)
+
+        async def body(context: ToolContext) -> Any:
+            return await fn(context)
+
+        unit = Tool(
+            name=name,
+            description="",
+            replay=label,
+            fn=body,
+            arguments=_NO_ARGUMENTS,
+            context_parameter="context",
+            timeout=seconds,
+        )
+
+        async def run_tool(step: int, context: ToolContext) -> dict[str, Any]:
+            self.tool_runs += 1
+            return await _run_tool(unit, {}, context)
+
+        n = self._next
+        result = await self._step(
+            "tool", name, digest, input, label, None, tool_run=(unit, run_tool)
+        )
+        if result.get("interrupted"):
+            failed: ToolError = PossiblyRanError(
+                f"{name} (step {n}) may or may not have happened: {POSSIBLY_RAN}",
+                tool=name,
+                step=n,
+                error=POSSIBLY_RAN,
+                idempotency_key=str(result.get("key", self.idempotency_key(n))),
+            )
+        elif "error" in result:
+            failed = ToolError(
+                f"{name} (step {n}) failed: {result['error']}",
+                tool=name,
+                step=n,
+                error=str(result["error"]),
+            )
+        else:
+            return result["output"]
+        self._raised = (failed, n)
+        raise failed
 
     async def _tool_step(
         self, tool: Tool, raw: dict[str, Any], args: dict[str, Any]
@@ -1073,6 +1218,11 @@ class Journal:
         data: dict[str, Any] = {"t": what, "turn": self.turn_id, **body}
         if step is not None:
             data["step"] = step
+            if what == "outcome" and step in self._started:
+                data["started"] = self._started[step]
+        data["at"] = round(self._clock(), 3)
+        if self._run is not None:
+            data["run"] = self._run
         return NewEvent(key=key, data=canonical_json(data))
 
     def _check_usable(self) -> None:
@@ -1116,6 +1266,9 @@ class Journal:
             self._broken = exc
             raise
         self._pending.clear()
+        if self._pending_steps:
+            recorded, self._pending_steps = self._pending_steps, []
+            notify(self._observer, "steps_recorded", recorded)
         self._pending_bytes = 0
 
     async def _write(self, batch: list[NewEvent]) -> None:
@@ -1224,6 +1377,7 @@ class Journal:
         elif self._turn.reply is not None:
             raise self._mismatch(n, "end of turn (reply recorded)", attempted)
         self._next += 1
+        self._started[n] = round(self._clock(), 3)
         return n
 
     def _value(self, kind: str, make: Callable[[], Any]) -> Any:
@@ -1427,9 +1581,12 @@ class Journal:
         tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
     ) -> dict[str, Any]:
         identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
+        extra, self._step_extra = self._step_extra, {}
+        info = StepInfo(n, kind, name, input=preview if kind == "tool" else None, **extra)
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
+            notify(self._observer, "step_replayed", info)
             return await self._result(step.outcome)
         key = self.idempotency_key(n)
         deadline = math.inf
@@ -1451,6 +1608,9 @@ class Journal:
             body = {**identity, "result": result}
             await self._append([self._event("outcome", body, n)])
             self._record(n, outcome=body)
+            info = dataclasses.replace(info, replay=replay, key=key)
+            notify(self._observer, "step_started", info)
+            notify(self._observer, "step_finished", info, result, {}, True)
             return result
         tool = tool_run[0] if tool_run is not None else None
         if tool is not None:
@@ -1466,6 +1626,9 @@ class Journal:
             }
             await self._append([self._event("intent", intent_body, n)])
             self._record(n, intent=intent_body)
+        if tool_run is not None:
+            info = dataclasses.replace(info, replay=replay, key=key)
+        notify(self._observer, "step_started", info)
         crash = self._crash
         if crash is not None and crash.step == n and crash.when == "before_run":
             crash.hit()
@@ -1504,8 +1667,23 @@ class Journal:
             if crash is not None and crash.step == n and crash.when == "after_run":
                 crash.hit()
             with anyio.CancelScope(shield=True):
-                return await self._keep(n, kind, identity, replay, result, context, parts)
+                kept = await self._keep(n, kind, identity, replay, result, context, parts)
+                self._tell_finished(info, kept, context)
+                return kept
         raise AssertionError("unreachable: nothing cancels this scope, so it swallows nothing")
+
+    def _tell_finished(
+        self, info: StepInfo, result: dict[str, Any], context: ToolContext | None
+    ) -> None:
+        """Tell the observer step ``info.step`` finished (its outcome kept, or deferred)."""
+        if self._observer is None:
+            return
+        deferred = info.kind == "tool" and info.replay == "safe" and self._defer_safe
+        if deferred:
+            self._pending_steps.append(info.step)
+        committed = context is not None and "error" not in result and not result.get("interrupted")
+        state = dict(context.staged) if committed and context is not None else {}
+        notify(self._observer, "step_finished", info, result, state, not deferred)
 
     async def _keep(
         self,

@@ -44,7 +44,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
 import anyio
 import anyio.abc
@@ -71,7 +71,7 @@ from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on, 
 from world_core.journal._waits import TurnSuspended
 from world_core.spi import Lease, World, validate_duration, validate_id
 
-__all__ = ["DETERMINISTIC_ERRORS", "TRANSIENT_ERRORS", "TurnResult", "Worker"]
+__all__ = ["DETERMINISTIC_ERRORS", "TRANSIENT_ERRORS", "TurnAgent", "TurnResult", "Worker"]
 
 log = logging.getLogger("world.worker")
 
@@ -105,6 +105,17 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 """Errors retried with backoff (anything unclassified is retried the same way)."""
+
+
+class TurnAgent(Protocol):
+    """What a :class:`Worker` runs a turn with: :class:`Agent`, or an adapter of another agent
+    framework. ``run_turn`` runs (or replays) the turn through ``journal`` and ends it with
+    ``journal.finish(reply)``; optional attributes ``history_turns``, ``summarize`` and
+    ``carry_turns`` mean what they mean on :class:`Agent`."""
+
+    async def run_turn(self, journal: Journal) -> str:
+        """Run the turn to its reply, record it with ``journal.finish``, and return it."""
+        ...
 
 
 class TurnIncompleteError(WorldError):
@@ -168,7 +179,9 @@ class Worker:
 
     Args:
         world: the World holding sessions and the queue.
-        agent: an :class:`Agent`, or a zero-argument callable returning one per turn.
+        agent: an :class:`Agent` (or any object with ``async run_turn(journal) -> str`` that
+            ends the turn with ``journal.finish``, such as an agent framework's adapter), or a
+            zero-argument callable returning one per turn.
         lease: seconds a claim lasts without renewal; another worker may take the turn after.
         heartbeat: renew the lease every ``lease / 3`` seconds while a turn runs. Turn it off
             only to study what an expired lease does (the two-workers test).
@@ -188,7 +201,7 @@ class Worker:
     def __init__(
         self,
         world: World,
-        agent: Agent | Callable[[], Agent],
+        agent: TurnAgent | Callable[[], TurnAgent],
         *,
         queue: str = DEFAULT_QUEUE,
         lease: float = 30.0,
@@ -222,8 +235,10 @@ class Worker:
         )
         self.turn_timeout = float(turn_timeout)
 
-    def _make_agent(self) -> Agent:
-        return self._agent if isinstance(self._agent, Agent) else self._agent()
+    def _make_agent(self) -> TurnAgent:
+        if isinstance(self._agent, Agent) or callable(getattr(self._agent, "run_turn", None)):
+            return cast(TurnAgent, self._agent)
+        return cast(Callable[[], TurnAgent], self._agent)()
 
     async def run_once(self, *, wait: float = 0.0) -> TurnResult | None:
         """Claim one turn (waiting up to ``wait`` seconds) and run it; None if none came."""
@@ -310,7 +325,7 @@ class Worker:
         error: BaseException | None = None
         parked = False
         stale = False
-        agent: Agent | None = None
+        agent: TurnAgent | None = None
         suspended: TurnSuspended | None = None
 
         def lease_held() -> bool:  # called from tools' threads too: no event loop calls
@@ -365,6 +380,11 @@ class Worker:
                             owner=lease.message_id,
                             queue=self.queue,
                             history=getattr(agent, "history_turns", None),
+                            run={
+                                "worker": self.name,
+                                "message": lease.message_id,
+                                "attempt": lease.attempt,
+                            },
                         )
                         if lease.message_id in journal.parked_messages:
                             parked = True  # handed on before (its worker died before the ack)
@@ -549,7 +569,7 @@ class Worker:
         lease: Lease,
         session_id: str,
         turn_id: str,
-        agent: Agent | None,
+        agent: TurnAgent | None,
         journal: Journal | None,
     ) -> bool:
         """The turn has ended: see that the session's next turn runs (see _order), for a child
