@@ -94,7 +94,7 @@ import math
 import random as _random
 import time
 import uuid as _uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
@@ -119,7 +119,6 @@ from world_core.errors import (
 )
 from world_core.journal._blobs import BlobRef, Blobs
 from world_core.journal._crash import CrashPoint
-from world_core.journal._observer import StepInfo, TurnObserver, notify
 from world_core.journal._model import ModelClient, ModelReply, ModelRequest, ToolCall
 from world_core.journal._session import (
     SessionView,
@@ -457,7 +456,6 @@ class Journal:
         turn: _Turn,
         *,
         crash: CrashPoint | None,
-        observer: TurnObserver | None = None,
         blob_threshold: int,
         defer_safe: bool = True,
         clock: Callable[[], float] = time.time,
@@ -465,13 +463,10 @@ class Journal:
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
         log_id: str | None = None,
-        run: Mapping[str, str | int] | None = None,
     ) -> None:
         self._world = world
         self._view: SessionView | None = None
         self._owner = owner
-        self._run = dict(run) if run is not None else None
-        self._started: dict[int, float] = {}  # step -> when this Journal began it (its clock)
         self.queue = validate_id(queue, "queue")
         self.session_id = session_id
         self.turn_id = turn_id
@@ -496,9 +491,6 @@ class Journal:
         self._appended_bytes = 0
         self._suspended_at: int | None = None  # the wait this Journal left the turn in
         self._in_tool: str | None = None  # the tool whose call runs now
-        self._observer = observer
-        self._pending_steps: list[int] = []  # steps whose outcomes are in _pending
-        self._step_extra: dict[str, Any] = {}  # what model() and tool() add to the next StepInfo
 
     @classmethod
     async def open(
@@ -508,7 +500,6 @@ class Journal:
         turn_id: str,
         *,
         crash: CrashPoint | None = None,
-        observer: TurnObserver | None = None,
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
         defer_safe: bool = True,
         clock: Callable[[], float] | None = None,
@@ -516,16 +507,12 @@ class Journal:
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
         history: int | None = None,
-        run: Mapping[str, str | int] | None = None,
     ) -> Journal:
         """Load the session log (one read, plus the blobs it names) and return the journal of
         ``turn_id``.
 
         Args:
             crash: die at this point (see :mod:`world_core.journal._crash`); None in production.
-            observer: told of each step as it starts, finishes or is replayed, and of the
-                model's text as it streams (see :mod:`world_core.journal._observer`); its
-                errors are logged and dropped. A model client with ``stream`` is streamed.
             blob_threshold: values above this many bytes go to blobs.
             defer_safe: let ``safe`` tool outcomes ride with the next append (the default);
                 False writes each at once, one append per ``safe`` step.
@@ -538,11 +525,6 @@ class Journal:
                 as stale (:attr:`resumed_by`).
             queue: the queue the turn's messages are on (its worker's): child runs are
                 queued there unless told otherwise, and their ends wake this turn there.
-            run: who runs this attempt of the turn, recorded with every event this Journal
-                writes (``"run"``; a worker passes ``worker``, ``message`` and ``attempt``),
-                so a trace can tell which run wrote what. Every event also carries ``at``
-                (``clock()`` when it was made) and each outcome ``started`` (when this Journal
-                began the step). Readers must accept events without them (older histories).
             history: how many earlier turns :attr:`history` must hold at least (None: all).
                 Up to :data:`~world_core.journal._session.HISTORY_WINDOW`, the turn is read
                 from the session's latest checkpoint, whatever the session's length; more
@@ -567,7 +549,6 @@ class Journal:
             turn_id,
             turn,
             crash=crash,
-            observer=observer,
             blob_threshold=blob_threshold,
             defer_safe=defer_safe,
             clock=clock if clock is not None else time.time,
@@ -575,7 +556,6 @@ class Journal:
             owner=owner,
             queue=queue,
             log_id=log_id,
-            run=run,
         )
         journal._view = view
         if history is not None and len(turn.past) > history:
@@ -720,29 +700,14 @@ class Journal:
             "last_message": payload["messages"][-1] if payload["messages"] else None,
         }
         parts = _request_parts(payload)
-        observer = self._observer
-        stream = getattr(client, "stream", None) if observer is not None else None
-        model_name = getattr(client, "model", None)
-        self._step_extra = {"model": model_name if isinstance(model_name, str) else None}
-        self._step_extra["input"] = payload
 
         async def run(step: int) -> dict[str, Any]:
             self.model_calls += 1
-
-            def on_text(delta: str, retry: int = 0) -> None:
-                notify(observer, "model_text", step, delta, retry)
-
             try:
-                if callable(stream):  # streamed to the observer, recorded as one reply
-                    reply = cast(ModelReply, await stream(request, on_text))
-                else:
-                    reply = await client.complete(request)
+                reply = await client.complete(request)
             except ModelReplyError as exc:  # paid for: record it, never ask again
                 return {"error": _describe(exc), "raw": exc.raw[:_ERROR_CHARS]}
-            output = reply.model_dump(mode="json")
-            if output.get("usage") is None:
-                output.pop("usage", None)  # recorded only when the server reported it
-            return {"output": output}
+            return {"output": reply.model_dump(mode="json")}
 
         result = await self._step(
             "model", "model", digest_of(payload), preview, "safe", run, parts=(parts, payload)
@@ -805,7 +770,6 @@ class Journal:
             args = tool.parse(arguments)
         except (ValueError, InvalidArgumentError) as exc:
             return f"Error: {exc}"
-        self._step_extra = {"call_id": call.id}
         result = await self._tool_step(tool, arguments, args)
         if "error" in result:
             return f"Error: {result['error']}"
@@ -1218,11 +1182,6 @@ class Journal:
         data: dict[str, Any] = {"t": what, "turn": self.turn_id, **body}
         if step is not None:
             data["step"] = step
-            if what == "outcome" and step in self._started:
-                data["started"] = self._started[step]
-        data["at"] = round(self._clock(), 3)
-        if self._run is not None:
-            data["run"] = self._run
         return NewEvent(key=key, data=canonical_json(data))
 
     def _check_usable(self) -> None:
@@ -1266,9 +1225,6 @@ class Journal:
             self._broken = exc
             raise
         self._pending.clear()
-        if self._pending_steps:
-            recorded, self._pending_steps = self._pending_steps, []
-            notify(self._observer, "steps_recorded", recorded)
         self._pending_bytes = 0
 
     async def _write(self, batch: list[NewEvent]) -> None:
@@ -1377,7 +1333,6 @@ class Journal:
         elif self._turn.reply is not None:
             raise self._mismatch(n, "end of turn (reply recorded)", attempted)
         self._next += 1
-        self._started[n] = round(self._clock(), 3)
         return n
 
     def _value(self, kind: str, make: Callable[[], Any]) -> Any:
@@ -1581,12 +1536,9 @@ class Journal:
         tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
     ) -> dict[str, Any]:
         identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
-        extra, self._step_extra = self._step_extra, {}
-        info = StepInfo(n, kind, name, input=preview if kind == "tool" else None, **extra)
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
-            notify(self._observer, "step_replayed", info)
             return await self._result(step.outcome)
         key = self.idempotency_key(n)
         deadline = math.inf
@@ -1608,9 +1560,6 @@ class Journal:
             body = {**identity, "result": result}
             await self._append([self._event("outcome", body, n)])
             self._record(n, outcome=body)
-            info = dataclasses.replace(info, replay=replay, key=key)
-            notify(self._observer, "step_started", info)
-            notify(self._observer, "step_finished", info, result, {}, True)
             return result
         tool = tool_run[0] if tool_run is not None else None
         if tool is not None:
@@ -1626,9 +1575,6 @@ class Journal:
             }
             await self._append([self._event("intent", intent_body, n)])
             self._record(n, intent=intent_body)
-        if tool_run is not None:
-            info = dataclasses.replace(info, replay=replay, key=key)
-        notify(self._observer, "step_started", info)
         crash = self._crash
         if crash is not None and crash.step == n and crash.when == "before_run":
             crash.hit()
@@ -1667,23 +1613,8 @@ class Journal:
             if crash is not None and crash.step == n and crash.when == "after_run":
                 crash.hit()
             with anyio.CancelScope(shield=True):
-                kept = await self._keep(n, kind, identity, replay, result, context, parts)
-                self._tell_finished(info, kept, context)
-                return kept
+                return await self._keep(n, kind, identity, replay, result, context, parts)
         raise AssertionError("unreachable: nothing cancels this scope, so it swallows nothing")
-
-    def _tell_finished(
-        self, info: StepInfo, result: dict[str, Any], context: ToolContext | None
-    ) -> None:
-        """Tell the observer step ``info.step`` finished (its outcome kept, or deferred)."""
-        if self._observer is None:
-            return
-        deferred = info.kind == "tool" and info.replay == "safe" and self._defer_safe
-        if deferred:
-            self._pending_steps.append(info.step)
-        committed = context is not None and "error" not in result and not result.get("interrupted")
-        state = dict(context.staged) if committed and context is not None else {}
-        notify(self._observer, "step_finished", info, result, state, not deferred)
 
     async def _keep(
         self,
