@@ -1,0 +1,1048 @@
+"""LangGraph on a World: a checkpoint saver, and ``durable_tool`` for calls that must not run twice.
+
+Make an existing graph durable::
+
+    async with open_world() as world:
+        saver = WorldCheckpointSaver(world)
+        graph = builder.compile(checkpointer=saver)
+        await graph.ainvoke(inputs, {"configurable": {"thread_id": "order-42"}})
+
+After a crash, ``await graph.ainvoke(None, same_config)`` in any process resumes the thread
+from its last checkpoint. What LangGraph's resume gives, and what it does not:
+
+* A super-step whose checkpoint was saved never runs again; a task of an unfinished super-step
+  whose writes were saved (``put_writes``) does not run again either.
+* A task that was running, or had returned but whose writes were not saved yet, runs again
+  from its start: a model call in it is paid again, an email in it is sent again.
+
+:func:`durable_tool` closes that gap with the journal's rules, call by call, inside a task:
+the outcome of each call is recorded in the World as soon as it returns, so a task that runs
+again reads it back instead of calling again (``replay="safe"``: a model call is not paid
+twice). A ``replay="never"`` call also records its intent before it starts: a task that runs
+again after an interrupted call does not call again, and gets :class:`PossiblyRanError`
+("may or may not have happened") once the call's deadline has passed, so the graph can check
+before acting.
+
+Storage (all in the World's log primitive, nothing backend-specific):
+
+* one log per thread, checkpoint namespace and generation:
+  ``langgraph/<len>:<thread_id>/<len>:<checkpoint_ns>/<generation>``. It holds checkpoint
+  events (key ``c/<checkpoint_id>``: the serialized checkpoint, its metadata and parent) and
+  write events (key ``w/<checkpoint_id>/<task_id>/<idx>``; the special writes of
+  ``WRITES_IDX_MAP``, which a later write replaces, are unkeyed and the last one counts).
+  Checkpoints of a namespace are in append order, which is checkpoint id order for everything
+  LangGraph writes (ids are time-ordered); "latest" and ``list``'s newest-first order are that
+  order. Channel values are stored inline in their checkpoint event (one event, one read).
+* A log counts once its status is ``ready``; readers use the highest ready generation.
+  ``prune``, ``delete_for_runs`` and ``copy_thread`` write a new generation (marked ready by
+  its last append, so a crash half-way leaves the old one in force) and then delete the old
+  one. Do not run them on a thread while a graph writes to it: a write landing in the old
+  generation meanwhile is deleted with it.
+* ``durable_tool`` records: one log per thread, ``langgraph-steps/<len>:<thread_id>``;
+  ``delete_thread`` deletes it too.
+
+Reads are bounded: the latest checkpoint is found by reading back from the log's tail in
+pages of :data:`PAGE` events, a given checkpoint by its key, its writes by reading forward
+from it; ``list`` reads back page by page and stops at ``limit``.
+
+Sync and async: the ``a*`` methods run on the event loop the World was opened on. The sync
+methods (``get_tuple``, ``list``, ``put`` ... , used by ``graph.invoke``/``graph.stream``)
+are meant for other threads: each hands its work to that loop with
+``anyio.from_thread.run`` (the loop's token is taken when the saver is made) and waits for it,
+so a sync graph may run in a worker thread while the loop serves the World. Called on the
+loop's own thread, they would wait for themselves: they raise ``RuntimeError`` instead (use
+``ainvoke``/``astream``). A program with no event loop of its own uses
+:meth:`WorldCheckpointSaver.blocking`, which opens the World on a loop in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextvars
+import functools
+import inspect
+import json
+import threading
+import time
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Sequence,
+)
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, ParamSpec, TypeVar, cast
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.config import get_config
+
+from world_core._select import open_world
+from world_core.errors import (
+    DuplicateKeyError,
+    InvalidArgumentError,
+    PossiblyRanError,
+    ToolError,
+)
+from world_core.journal import CLOCK_MARGIN, DEFAULT_TOOL_TIMEOUT, POSSIBLY_RAN, digest_of
+from world_core.spi import MAX_LIST_LIMIT, Event, NewEvent, World, validate_id
+
+__all__ = [
+    "PAGE",
+    "READY",
+    "WorldCheckpointSaver",
+    "durable_tool",
+]
+
+PAGE = 64
+"""Events one read of a checkpoint log returns at most."""
+
+READY = "ready"
+"""The status of a checkpoint log generation in force."""
+
+_PREFIX = "langgraph/"
+_STEPS_PREFIX = "langgraph-steps/"
+_BUILDING = "building"
+_BATCH_EVENTS = 256
+_BATCH_BYTES = 4 * 1024 * 1024
+_STRATEGIES = ("keep_latest", "delete")
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+# --------------------------------------------------------------------------------------------
+# Names of logs
+# --------------------------------------------------------------------------------------------
+
+
+def _thread_prefix(thread_id: str) -> str:
+    # The length makes the prefix unambiguous: no other thread's logs start with it.
+    return f"{_PREFIX}{len(thread_id)}:{thread_id}/"
+
+
+def _ns_prefix(thread_id: str, checkpoint_ns: str) -> str:
+    return f"{_thread_prefix(thread_id)}{len(checkpoint_ns)}:{checkpoint_ns}/"
+
+
+def _log_id(thread_id: str, checkpoint_ns: str, generation: int) -> str:
+    log_id = f"{_ns_prefix(thread_id, checkpoint_ns)}{generation:08d}"
+    return validate_id(log_id, "checkpoint log id (from thread_id and checkpoint_ns)")
+
+
+def _steps_log(thread_id: str) -> str:
+    return validate_id(f"{_STEPS_PREFIX}{len(thread_id)}:{thread_id}", "durable steps log id")
+
+
+@dataclass(frozen=True)
+class _Log:
+    """One generation of a (thread, namespace)'s checkpoint log."""
+
+    thread_id: str
+    checkpoint_ns: str
+    generation: int
+    log_id: str
+    tail: int
+    status: str | None
+
+
+def _parse(log_id: str, tail: int, status: str | None) -> _Log | None:
+    rest = log_id.removeprefix(_PREFIX)
+    try:
+        size, _, rest = rest.partition(":")
+        thread_id, rest = rest[: int(size)], rest[int(size) :]
+        size, _, rest = rest.removeprefix("/").partition(":")
+        checkpoint_ns, rest = rest[: int(size)], rest[int(size) :]
+        generation = int(rest.removeprefix("/"))
+    except ValueError:
+        return None
+    return _Log(thread_id, checkpoint_ns, generation, log_id, tail, status)
+
+
+# --------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------
+
+
+def _configurable(config: RunnableConfig | None, what: str = "config") -> dict[str, Any]:
+    if not isinstance(config, dict) or not isinstance(config.get("configurable"), dict):
+        raise InvalidArgumentError(
+            f"{what} must be a dict with a 'configurable' dict: "
+            "pass {'configurable': {'thread_id': ...}}"
+        )
+    configurable: dict[str, Any] = config["configurable"]
+    return configurable
+
+
+def _thread_id(config: RunnableConfig, what: str = "config") -> str:
+    thread_id = _configurable(config, what).get("thread_id")
+    if thread_id is None:
+        raise InvalidArgumentError(
+            f"{what}['configurable']['thread_id'] is required: pass "
+            "{'configurable': {'thread_id': '<your thread>'}}"
+        )
+    return validate_id(str(thread_id), "thread_id")
+
+
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+# --------------------------------------------------------------------------------------------
+
+
+def _typed(value: tuple[str, bytes]) -> list[str]:
+    return [value[0], base64.b64encode(value[1]).decode("ascii")]
+
+
+def _untyped(value: list[str]) -> tuple[str, bytes]:
+    return value[0], base64.b64decode(value[1])
+
+
+def _body(event: Event) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(event.data)
+    return body
+
+
+def _json(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+class _Writes:
+    """The writes of one checkpoint, in the order LangGraph applies them."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, int], tuple[int, dict[str, Any]]] = {}
+
+    def add(self, seq: int, body: dict[str, Any]) -> None:
+        key = (str(body["task"]), int(body["idx"]))
+        held = self._by_key.get(key)
+        # A regular write is stored once (the first); a special one is replaced (the last).
+        if held is None or (key[1] < 0 and seq > held[0]) or (key[1] >= 0 and seq < held[0]):
+            self._by_key[key] = (seq, body)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return sorted(
+            (body for _, body in self._by_key.values()),
+            key=lambda b: writes_sort_key(str(b.get("path", "")), str(b["task"]), int(b["idx"])),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The saver
+# --------------------------------------------------------------------------------------------
+
+
+class WorldCheckpointSaver(BaseCheckpointSaver[int]):
+    """A LangGraph checkpoint saver storing threads in a World's logs (any backend).
+
+    Implements every method of ``BaseCheckpointSaver``, sync and async: ``get_tuple``,
+    ``list``, ``put``, ``put_writes`` and the optional ``delete_thread``, ``copy_thread``,
+    ``prune`` and ``delete_for_runs``. How it stores a thread, and how the sync methods reach
+    the World from other threads, is in the module docstring.
+
+    Args:
+        world: an open World; the saver neither opens nor closes it.
+        serde: how checkpoints, metadata and writes are serialized (LangGraph's
+            ``JsonPlusSerializer`` by default).
+
+    Raises:
+        InvalidArgumentError: ``world`` is not a World.
+    """
+
+    def __init__(self, world: World, *, serde: SerializerProtocol | None = None) -> None:
+        if not isinstance(world, World):
+            raise InvalidArgumentError(
+                f"world must be an open World (open_world()), got {type(world).__name__}"
+            )
+        super().__init__(serde=serde)
+        self.world = world
+        self._loop_thread: int | None = None
+        self._call: Callable[..., Any] | None = None
+        try:
+            token = anyio.lowlevel.current_token()
+        except RuntimeError:
+            return  # made outside an event loop: blocking() sets the bridge
+        self._loop_thread = threading.get_ident()
+
+        def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+            return anyio.from_thread.run(_coroutine, fn, *args, token=token)
+
+        self._call = call
+
+    @classmethod
+    @contextmanager
+    def blocking(
+        cls,
+        world: str | None = None,
+        *,
+        url: str | None = None,
+        namespace: str | None = None,
+        serde: SerializerProtocol | None = None,
+    ) -> Iterator[WorldCheckpointSaver]:
+        """A saver for a program with no event loop (``graph.invoke`` from plain code).
+
+        Opens the World (as :func:`world_core.open_world` does, with the same arguments) on an
+        event loop in a thread of its own, which every method of the saver then uses; closes
+        both on exit::
+
+            with WorldCheckpointSaver.blocking() as saver:
+                graph = builder.compile(checkpointer=saver)
+                graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+
+        Raises:
+            ConfigurationError: the World cannot be opened as configured.
+        """
+        with anyio.from_thread.start_blocking_portal() as portal:
+            opened = portal.wrap_async_context_manager(
+                open_world(world, url=url, namespace=namespace)
+            )
+            with opened as the_world:
+                # Made on the portal's loop: it takes that loop's token, as in async code.
+                yield portal.call(_make_saver, cls, the_world, serde)
+
+    def _sync(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        if self._call is None:
+            raise RuntimeError(
+                "this WorldCheckpointSaver was made outside an event loop, so its sync methods "
+                "cannot reach the World: make it inside async code, or use "
+                "WorldCheckpointSaver.blocking()"
+            )
+        if self._loop_thread == threading.get_ident():
+            raise RuntimeError(
+                "a sync method of WorldCheckpointSaver was called on the event loop's own "
+                "thread, where it would wait for itself: use the async API "
+                "(graph.ainvoke / graph.astream, saver.aget_tuple ...) in async code, or run "
+                "the sync graph in a worker thread (anyio.to_thread.run_sync)"
+            )
+        return cast(T, self._call(fn, *args))
+
+    # -- finding logs ------------------------------------------------------------------------
+
+    async def _logs(self, prefix: str) -> list[_Log]:
+        """Every generation of the logs under ``prefix``, in id order."""
+        found: list[_Log] = []
+        cursor: str | None = None
+        while True:
+            page = await self.world.log.list_logs(
+                prefix=prefix, cursor=cursor, limit=MAX_LIST_LIMIT
+            )
+            for info in page.items:
+                parsed = _parse(info.log_id, info.tail, info.status)
+                if parsed is not None:
+                    found.append(parsed)
+            cursor = page.next_cursor
+            if cursor is None:
+                return found
+
+    @staticmethod
+    def _current(logs: list[_Log]) -> dict[tuple[str, str], _Log]:
+        """The generation in force per (thread, namespace): the highest ready one."""
+        current: dict[tuple[str, str], _Log] = {}
+        for log in logs:
+            key = (log.thread_id, log.checkpoint_ns)
+            if log.status == READY and (
+                key not in current or log.generation > current[key].generation
+            ):
+                current[key] = log
+        return current
+
+    async def _current_log(self, thread_id: str, checkpoint_ns: str) -> _Log | None:
+        logs = await self._logs(_ns_prefix(thread_id, checkpoint_ns))
+        return self._current(logs).get((thread_id, checkpoint_ns))
+
+    async def _append(self, thread_id: str, checkpoint_ns: str, events: list[NewEvent]) -> None:
+        log = await self._current_log(thread_id, checkpoint_ns)
+        if log is None:
+            log_id = _log_id(thread_id, checkpoint_ns, 0)
+            await self.world.log.append(log_id, events, status=READY)
+        else:
+            await self.world.log.append(log.log_id, events)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def _back(self, log_id: str, end: int) -> AsyncIterator[Event]:
+        """Events of the log from ``end`` back to the first, read a page at a time."""
+        while end > 0:
+            start = max(0, end - PAGE)
+            events = await self.world.log.read(log_id, after=start, limit=end - start)
+            for event in reversed(events):
+                yield event
+            end = start
+
+    async def _forward(self, log_id: str, after: int) -> AsyncIterator[Event]:
+        while True:
+            events = await self.world.log.read(log_id, after=after, limit=PAGE)
+            for event in events:
+                yield event
+            if len(events) < PAGE:
+                return
+            after = events[-1].seq
+
+    def _tuple(
+        self, log: _Log, body: dict[str, Any], writes: list[dict[str, Any]]
+    ) -> CheckpointTuple:
+        checkpoint: Checkpoint = self.serde.loads_typed(_untyped(body["checkpoint"]))
+        metadata: CheckpointMetadata = self.serde.loads_typed(_untyped(body["metadata"]))
+        parent = body.get("parent")
+        return CheckpointTuple(
+            config=_config(log.thread_id, log.checkpoint_ns, str(body["id"])),
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config=(
+                _config(log.thread_id, log.checkpoint_ns, str(parent)) if parent else None
+            ),
+            pending_writes=[
+                (str(w["task"]), str(w["channel"]), self.serde.loads_typed(_untyped(w["value"])))
+                for w in writes
+            ],
+        )
+
+    async def _newest_first(self, log: _Log, before: str | None) -> AsyncIterator[CheckpointTuple]:
+        """The log's checkpoints, newest first, with their writes; only those before the
+        checkpoint ``before`` when given."""
+        end = log.tail
+        writes: dict[str, _Writes] = {}
+        if before is not None:
+            found = await self.world.log.get(log.log_id, f"c/{before}")
+            if found is not None:
+                # Start below it; the writes of older checkpoints stored after it (a resume
+                # value added later) are read first.
+                end = found.seq - 1
+                async for later in self._forward(log.log_id, end):
+                    later_body = _body(later)
+                    if later_body["t"] == "w":
+                        writes.setdefault(str(later_body["cp"]), _Writes()).add(
+                            later.seq, later_body
+                        )
+        # A checkpoint's writes come after it, so reading back reaches them first.
+        async for event in self._back(log.log_id, end):
+            body = _body(event)
+            if body["t"] == "w":
+                writes.setdefault(str(body["cp"]), _Writes()).add(event.seq, body)
+                continue
+            checkpoint_id = str(body["id"])
+            if before is not None and checkpoint_id >= before:
+                continue
+            held = writes.pop(checkpoint_id, None)
+            yield self._tuple(log, body, held.bodies() if held else [])
+
+    async def _one(self, log: _Log, checkpoint_id: str) -> CheckpointTuple | None:
+        event = await self.world.log.get(log.log_id, f"c/{checkpoint_id}")
+        if event is None:
+            return None
+        writes = _Writes()
+        async for later in self._forward(log.log_id, event.seq):
+            body = _body(later)
+            if body["t"] == "w" and body["cp"] == checkpoint_id:
+                writes.add(later.seq, body)
+        return self._tuple(log, _body(event), writes.bodies())
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (``checkpoint_id``), else the thread's latest in
+        ``checkpoint_ns`` (default ``""``), with its pending writes; None when there is none.
+
+        Raises:
+            InvalidArgumentError: no ``thread_id`` in ``config['configurable']``.
+        """
+        thread_id = _thread_id(config)
+        checkpoint_ns = str(_configurable(config).get("checkpoint_ns") or "")
+        log = await self._current_log(thread_id, checkpoint_ns)
+        if log is None:
+            return None
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            return await self._one(log, str(checkpoint_id))
+        async for found in self._newest_first(log, None):
+            return found
+        return None
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Checkpoints newest first (by checkpoint id within each namespace).
+
+        Args:
+            config: a thread (``thread_id``), narrowed to one namespace when it has
+                ``checkpoint_ns`` and to one checkpoint when it has ``checkpoint_id``; None
+                lists every thread of the World's namespace.
+            filter: metadata every result must hold (``{"source": "input", "step": 2}``).
+            before: only checkpoints whose id is lower than this config's ``checkpoint_id``.
+            limit: at most this many results.
+
+        Raises:
+            InvalidArgumentError: a config without ``thread_id``; a ``limit`` below 0.
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, got {limit!r}")
+        if limit is not None and limit < 0:
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, got {limit!r}")
+        before_id = get_checkpoint_id(before) if before is not None else None
+        only_id: str | None = None
+        if config is None:
+            prefix = _PREFIX
+        else:
+            thread_id = _thread_id(config)
+            configurable = _configurable(config)
+            only_id = get_checkpoint_id(config)
+            if configurable.get("checkpoint_ns") is not None:
+                prefix = _ns_prefix(thread_id, str(configurable["checkpoint_ns"]))
+            else:
+                prefix = _thread_prefix(thread_id)
+        if limit == 0:
+            return
+        left = limit
+        for log in self._current(await self._logs(prefix)).values():
+            if only_id is not None:
+                found = await self._one(log, str(only_id))
+                candidates: AsyncIterator[CheckpointTuple] = _aiter([found] if found else [])
+            else:
+                candidates = self._newest_first(log, str(before_id) if before_id else None)
+            async for found_tuple in candidates:
+                if before_id and found_tuple.checkpoint["id"] >= before_id:
+                    continue
+                if filter and not all(found_tuple.metadata.get(k) == v for k, v in filter.items()):
+                    continue
+                yield found_tuple
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        return
+
+    # -- writing -----------------------------------------------------------------------------
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint (one append); its parent is ``config``'s ``checkpoint_id``.
+
+        Returns:
+            The stored checkpoint's config (thread, namespace, id).
+
+        Raises:
+            InvalidArgumentError: no ``thread_id``.
+            PayloadTooLargeError: the serialized checkpoint exceeds the World's payload limit.
+        """
+        thread_id = _thread_id(config)
+        configurable = _configurable(config)
+        checkpoint_ns = str(configurable.get("checkpoint_ns") or "")
+        checkpoint_id = str(checkpoint["id"])
+        body = {
+            "t": "c",
+            "id": checkpoint_id,
+            "parent": configurable.get("checkpoint_id"),
+            "checkpoint": _typed(self.serde.dumps_typed(checkpoint)),
+            "metadata": _typed(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
+        }
+        event = NewEvent(data=_json(body), key=validate_id(f"c/{checkpoint_id}", "checkpoint"))
+        try:
+            await self._append(thread_id, checkpoint_ns, [event])
+        except DuplicateKeyError as exc:
+            if exc.existing is None or exc.existing.data != event.data:
+                raise InvalidArgumentError(
+                    f"checkpoint {checkpoint_id} of thread {thread_id!r} is already stored "
+                    "with other content: a checkpoint id is written once"
+                ) from exc
+        return _config(thread_id, checkpoint_ns, checkpoint_id)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes for the checkpoint ``config`` names (one append).
+
+        A regular write stored again (same task, same index) is kept as first stored; a
+        special one (``ERROR``, ``INTERRUPT``, ...) replaces the earlier one.
+
+        Raises:
+            InvalidArgumentError: no ``thread_id`` or ``checkpoint_id`` in ``config``.
+        """
+        thread_id = _thread_id(config)
+        configurable = _configurable(config)
+        checkpoint_ns = str(configurable.get("checkpoint_ns") or "")
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            raise InvalidArgumentError(
+                "put_writes needs config['configurable']['checkpoint_id']: the checkpoint the "
+                "writes belong to"
+            )
+        events: list[NewEvent] = []
+        for index, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, index)
+            body = {
+                "t": "w",
+                "cp": checkpoint_id,
+                "task": task_id,
+                "idx": idx,
+                "channel": channel,
+                "path": task_path,
+                "value": _typed(self.serde.dumps_typed(value)),
+            }
+            key = None if idx < 0 else validate_id(f"w/{checkpoint_id}/{task_id}/{idx}", "write")
+            events.append(NewEvent(data=_json(body), key=key))
+        if not events:
+            return
+        try:
+            await self._append(thread_id, checkpoint_ns, events)
+        except DuplicateKeyError:
+            # Stored before (a retry): keep what is stored, add only what is not.
+            log = await self._current_log(thread_id, checkpoint_ns)
+            assert log is not None  # the duplicate was found in it
+            missing = [
+                e
+                for e in events
+                if e.key is None or await self.world.log.get(log.log_id, e.key) is None
+            ]
+            if missing:
+                await self.world.log.append(log.log_id, missing)
+
+    # -- deleting, copying, pruning ---------------------------------------------------------
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of the thread, in every namespace, and the
+        records of its ``durable_tool`` calls. A missing thread is a no-op."""
+        thread = validate_id(str(thread_id), "thread_id")
+        for log in await self._logs(_thread_prefix(thread)):
+            await self.world.log.delete(log.log_id)
+        await self.world.log.delete(_steps_log(thread))
+
+    async def _rewrite(self, log: _Log, keep: Callable[[list[Event]], list[Event]]) -> None:
+        """Replace the log by a new generation holding the events ``keep`` returns."""
+        events = [e async for e in self._forward(log.log_id, 0)]
+        kept = keep(events)
+        if len(kept) == len(events):
+            return
+        generation: int | None = None
+        if kept:
+            logs = await self._logs(_ns_prefix(log.thread_id, log.checkpoint_ns))
+            generation = max(g.generation for g in logs) + 1
+            await self._write_generation(
+                _log_id(log.thread_id, log.checkpoint_ns, generation), kept
+            )
+        await self._drop(log.thread_id, log.checkpoint_ns, keep=generation)
+
+    async def _write_generation(self, log_id: str, events: list[Event]) -> None:
+        """Append ``events`` to a fresh log, marked ready by its last append only."""
+        await self.world.log.delete(log_id)  # a copy a crash left half-written
+        batches: list[list[NewEvent]] = [[]]
+        size = 0
+        for event in events:
+            if batches[-1] and (
+                len(batches[-1]) >= _BATCH_EVENTS or size + len(event.data) > _BATCH_BYTES
+            ):
+                batches.append([])
+                size = 0
+            batches[-1].append(NewEvent(data=event.data, key=event.key))
+            size += len(event.data)
+        for index, batch in enumerate(batches):
+            last = index == len(batches) - 1
+            await self.world.log.append(log_id, batch, status=READY if last else _BUILDING)
+
+    async def _drop(self, thread_id: str, checkpoint_ns: str, *, keep: int | None) -> None:
+        """Delete every generation but ``keep`` (all of them when None)."""
+        for log in await self._logs(_ns_prefix(thread_id, checkpoint_ns)):
+            if log.generation != keep:
+                await self.world.log.delete(log.log_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune the threads' checkpoints: ``"keep_latest"`` keeps the latest checkpoint of
+        each namespace and its writes, ``"delete"`` removes every checkpoint.
+
+        Each namespace is rewritten as a new generation, then the old one is deleted (see
+        the module docstring: not while a graph writes to the thread).
+
+        Raises:
+            InvalidArgumentError: an unknown ``strategy``.
+        """
+        if strategy not in _STRATEGIES:
+            raise InvalidArgumentError(
+                f"strategy must be one of {', '.join(map(repr, _STRATEGIES))}, got {strategy!r}"
+            )
+        for thread_id in thread_ids:
+            thread = validate_id(str(thread_id), "thread_id")
+            current = self._current(await self._logs(_thread_prefix(thread)))
+            for log in current.values():
+                if strategy == "delete":
+                    await self._drop(log.thread_id, log.checkpoint_ns, keep=None)
+                else:
+                    await self._rewrite(log, _keep_latest)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints whose metadata ``run_id`` is one of ``run_ids``, and their
+        writes, in every thread. Reads every thread of the World's namespace."""
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+        for log in self._current(await self._logs(_PREFIX)).values():
+
+            def keep(events: list[Event]) -> list[Event]:
+                dropped: set[str] = set()
+                for event in events:
+                    body = _body(event)
+                    if body["t"] == "c":
+                        metadata = self.serde.loads_typed(_untyped(body["metadata"]))
+                        if str(metadata.get("run_id")) in wanted:
+                            dropped.add(str(body["id"]))
+                return [e for e in events if _checkpoint_of(_body(e)) not in dropped]
+
+            await self._rewrite(log, keep)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of one thread, in every namespace, to another,
+        which must have none. A source with nothing copies nothing.
+
+        Raises:
+            InvalidArgumentError: the target thread has checkpoints already.
+        """
+        source = validate_id(str(source_thread_id), "source_thread_id")
+        target = validate_id(str(target_thread_id), "target_thread_id")
+        if self._current(await self._logs(_thread_prefix(target))):
+            raise InvalidArgumentError(
+                f"copy_thread copies into a thread without checkpoints, and {target!r} has "
+                "some: delete_thread it first, or choose another target"
+            )
+        for log in self._current(await self._logs(_thread_prefix(source))).values():
+            events = [e async for e in self._forward(log.log_id, 0)]
+            if events:
+                await self._write_generation(_log_id(target, log.checkpoint_ns, 0), events)
+
+    # -- the sync API: the same work, on the World's event loop ------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Sync :meth:`aget_tuple` (from a thread other than the World's event loop)."""
+        return self._sync(self.aget_tuple, config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Sync :meth:`alist`: the results are gathered on the World's loop, then yielded."""
+
+        async def gather() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        yield from self._sync(gather)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Sync :meth:`aput`."""
+        return self._sync(self.aput, config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Sync :meth:`aput_writes`."""
+        self._sync(self.aput_writes, config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Sync :meth:`adelete_thread`."""
+        self._sync(self.adelete_thread, thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Sync :meth:`adelete_for_runs`."""
+        self._sync(self.adelete_for_runs, run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Sync :meth:`acopy_thread`."""
+        self._sync(self.acopy_thread, source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Sync :meth:`aprune`."""
+        self._sync(functools.partial(self.aprune, strategy=strategy), thread_ids)
+
+
+async def _make_saver(
+    cls: type[WorldCheckpointSaver], world: World, serde: SerializerProtocol | None
+) -> WorldCheckpointSaver:
+    return cls(world, serde=serde)
+
+
+async def _coroutine(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    return await fn(*args)
+
+
+async def _aiter(items: list[T]) -> AsyncIterator[T]:
+    for item in items:
+        yield item
+
+
+def _checkpoint_of(body: dict[str, Any]) -> str:
+    return str(body["id"] if body["t"] == "c" else body["cp"])
+
+
+def _keep_latest(events: list[Event]) -> list[Event]:
+    latest = next((_body(e)["id"] for e in reversed(events) if _body(e)["t"] == "c"), None)
+    return [e for e in events if _checkpoint_of(_body(e)) == latest]
+
+
+# --------------------------------------------------------------------------------------------
+# durable_tool: the journal's rules for calls inside a LangGraph task
+# --------------------------------------------------------------------------------------------
+
+Replay = Literal["safe", "never"]
+
+_calls: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar(
+    "world_langgraph_calls", default=None
+)
+
+
+@dataclass(frozen=True)
+class _Call:
+    thread_id: str
+    key: str  # <task's checkpoint_ns>/<n>: the call's place, the same in every run of the task
+
+
+def _place(name: str, key: str | None) -> _Call:
+    """Where this call is: its thread, and its task and position in the task."""
+    try:
+        config = get_config()
+    except RuntimeError as exc:
+        raise RuntimeError(
+            f"durable_tool {name!r} was called outside a LangGraph node: call it from a "
+            "node (or a tool a node runs) of a graph compiled with a checkpointer"
+        ) from exc
+    thread_id = _thread_id(config, "the node's config")
+    task = str(_configurable(config).get("checkpoint_ns") or "")
+    if key is None:
+        counts = _calls.get()
+        if counts is None:
+            counts = {}
+            _calls.set(counts)
+        n = counts.get(task, 0)
+        counts[task] = n + 1
+        key = str(n)
+    return _Call(thread_id, validate_id(f"{task}/{name}/{key}", "durable call key"))
+
+
+class _Steps:
+    """The records of durable calls in a World (intent, outcome), keyed by their place."""
+
+    def __init__(self, world: World, serde: SerializerProtocol) -> None:
+        self.world = world
+        self.serde = serde
+
+    async def recorded(self, call: _Call) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        log_id = _steps_log(call.thread_id)
+        outcome = await self.world.log.get(log_id, f"{call.key}/outcome")
+        if outcome is not None:
+            return None, _body(outcome)
+        intent = await self.world.log.get(log_id, f"{call.key}/intent")
+        return (_body(intent) if intent is not None else None), None
+
+    async def write(self, call: _Call, what: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Append the record; when another run wrote it first, theirs is returned."""
+        log_id = _steps_log(call.thread_id)
+        event = NewEvent(data=_json(body), key=f"{call.key}/{what}")
+        with anyio.CancelScope(shield=True):  # a record that must not be lost
+            try:
+                await self.world.log.append(log_id, [event])
+            except DuplicateKeyError as exc:
+                if exc.existing is not None:
+                    return _body(exc.existing)
+                raise
+        return body
+
+
+def _identity(name: str, replay: Replay, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    try:
+        return digest_of({"name": name, "replay": replay, "args": args, "kwargs": kwargs})
+    except (TypeError, ValueError):
+        return digest_of({"name": name, "replay": replay, "args": repr((args, kwargs))})
+
+
+def durable_tool(
+    fn: Callable[P, T],
+    *,
+    replay: Replay,
+    saver: WorldCheckpointSaver,
+    timeout: float = DEFAULT_TOOL_TIMEOUT,
+    name: str | None = None,
+    key: Callable[P, str] | None = None,
+) -> Callable[P, T]:
+    """Wrap ``fn`` (sync or async) so each call of it inside a LangGraph task is a journal
+    step in ``saver``'s World.
+
+    A call's place is its thread, its task (the task's ``checkpoint_ns``, which LangGraph
+    derives from the checkpoint the super-step started from, so a task that runs again after
+    a crash has the same one) and the call's position among this tool's calls in the task
+    (or ``key(*args, **kwargs)``, for calls made concurrently). The rules, as the journal's:
+
+    * Outcome recorded: return it (or raise the recorded error) without calling ``fn``.
+    * ``replay="safe"``: call, then record the outcome at once. A task that runs again after
+      a crash reads it back: a finished model call wrapped this way is not paid twice. An
+      interrupted call has nothing recorded and runs again.
+    * ``replay="never"``: record the intent (with its deadline, ``timeout`` seconds on), then
+      call, then record the outcome. Found an intent without an outcome (the call was
+      interrupted), do not call: wait until its deadline has passed (plus
+      :data:`~world_core.CLOCK_MARGIN`; it may still be running elsewhere), record that it
+      may or may not have happened, and raise :class:`~world_core.PossiblyRanError` (its
+      message is :data:`~world_core.POSSIBLY_RAN`, for the model). At most one run of ``fn``
+      per place, whatever crashes.
+
+    ``fn``'s exceptions are recorded and raised as :class:`~world_core.ToolError` (for
+    ``never`` calls too: the call happened). Results are stored with the saver's serializer
+    (LangChain messages, pydantic models and JSON values round-trip).
+
+    Args:
+        fn: the function; the wrapper has its signature.
+        replay: ``"safe"`` or ``"never"``, required.
+        saver: the graph's saver; its World keeps the records (per thread;
+            ``delete_thread`` deletes them).
+        timeout: seconds a ``never`` call may take: an async ``fn`` is cancelled then, and a
+            takeover waits that long before answering for an interrupted call.
+        name: the step's name (``fn.__name__`` by default): part of the place, so renaming a
+            tool is a new place.
+        key: names a call's place within its task instead of its position.
+
+    Raises:
+        InvalidArgumentError: a missing or unknown ``replay``, a ``timeout`` that is not a
+            positive number, ``saver`` not a WorldCheckpointSaver.
+    """
+    if replay not in ("safe", "never"):
+        raise InvalidArgumentError(f"replay must be 'safe' or 'never', got {replay!r}")
+    if not isinstance(saver, WorldCheckpointSaver):
+        raise InvalidArgumentError(
+            f"saver must be the graph's WorldCheckpointSaver, got {type(saver).__name__}"
+        )
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise InvalidArgumentError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if timeout == float("inf"):
+        raise InvalidArgumentError("timeout must be finite: a never call needs a deadline")
+    step_name = name or getattr(fn, "__name__", None) or "tool"
+    validate_id(step_name, "name")
+    steps = _Steps(saver.world, saver.serde)
+
+    async def before(call: _Call, identity: str) -> dict[str, Any] | None:
+        """The recorded outcome to answer with, or None: run the call (its intent, for a
+        ``never`` call, is durable by then)."""
+        intent, outcome = await steps.recorded(call)
+        if outcome is not None:
+            return outcome
+        if intent is not None:
+            # Interrupted: never run again. Answer only once it cannot still be running.
+            wait = float(intent["deadline"]) + CLOCK_MARGIN - time.time()
+            if wait > 0:
+                await anyio.sleep(wait)
+            return await steps.write(call, "outcome", {"interrupted": True, "id": identity})
+        if replay == "never":
+            deadline = time.time() + float(timeout)
+            await steps.write(call, "intent", {"deadline": deadline, "id": identity})
+        return None
+
+    async def after(call: _Call, body: dict[str, Any]) -> dict[str, Any]:
+        return await steps.write(call, "outcome", body)
+
+    def record(value: Any = None, error: Exception | None = None) -> dict[str, Any]:
+        if error is not None:
+            return {"error": f"{type(error).__name__}: {error}"}
+        return {"value": _typed(saver.serde.dumps_typed(value))}
+
+    def answer(call: _Call, outcome: dict[str, Any]) -> Any:
+        if outcome.get("interrupted"):
+            raise PossiblyRanError(
+                f"{step_name} may or may not have happened: {POSSIBLY_RAN}",
+                tool=step_name,
+                step=-1,
+                error=POSSIBLY_RAN,
+                idempotency_key=f"{call.thread_id}/{call.key}",
+            )
+        if "error" in outcome:
+            raise ToolError(
+                f"{step_name} failed: {outcome['error']}",
+                tool=step_name,
+                step=-1,
+                error=str(outcome["error"]),
+            )
+        return saver.serde.loads_typed(_untyped(outcome["value"]))
+
+    if inspect.iscoroutinefunction(fn):
+        run_async = cast(Callable[..., Awaitable[Any]], fn)
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            call = _place(step_name, key(*args, **kwargs) if key else None)
+            identity = _identity(step_name, replay, args, kwargs)
+            outcome = await before(call, identity)
+            if outcome is None:
+                try:
+                    if replay == "never":
+                        # Shielded: a cancelled task must not cut an effect off half-way.
+                        with anyio.CancelScope(shield=True), anyio.fail_after(timeout):
+                            value = await run_async(*args, **kwargs)
+                    else:
+                        value = await run_async(*args, **kwargs)
+                except Exception as exc:  # the call's outcome, recorded
+                    body = record(error=exc)
+                else:
+                    body = record(value)
+                outcome = await after(call, {**body, "id": identity})
+            return answer(call, outcome)
+
+        return cast(Callable[P, T], async_wrapper)
+
+    @functools.wraps(fn)
+    def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        call = _place(step_name, key(*args, **kwargs) if key else None)
+        identity = _identity(step_name, replay, args, kwargs)
+        # The call runs here, in the caller's thread; the records go through the World's loop.
+        outcome = saver._sync(before, call, identity)
+        if outcome is None:
+            try:
+                value = fn(*args, **kwargs)
+            except Exception as exc:  # the call's outcome, recorded
+                body = record(error=exc)
+            else:
+                body = record(value)
+            outcome = saver._sync(after, call, {**body, "id": identity})
+        return cast(T, answer(call, outcome))
+
+    return cast(Callable[P, T], sync_wrapper)
