@@ -19,6 +19,7 @@ conformance suite only ever see these types::
     ├── NonDeterminismError                           replay differs from the journal
     ├── CallInFlightError                             a never call may still be running
     ├── ModelReplyError                               a paid model reply that cannot be used
+    ├── ShellLimitError                               a shell script stopped by a limit
     ├── ToolError                                     a journaled tool call failed
     │   └── PossiblyRanError                          a never call interrupted: may have run
     ├── TurnFailedError                               the turn recorded a failure
@@ -49,6 +50,7 @@ __all__ = [
     "NotFoundError",
     "PayloadTooLargeError",
     "PossiblyRanError",
+    "ShellLimitError",
     "ToolError",
     "TurnFailedError",
     "TurnNotReadyError",
@@ -201,6 +203,19 @@ class PossiblyRanError(ToolError):
     ) -> None:
         super().__init__(message, tool=tool, step=step, error=error)
         self.idempotency_key = idempotency_key
+
+
+class ShellLimitError(WorldError):
+    """A shell script was stopped by one of its limits (``ShellLimits``); it changed no file.
+    The message names the setting to raise.
+
+    Attributes:
+        limit: which limit (``time``, ``output``, ``loop``, ``commands``, ``memory``).
+    """
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class TurnFailedError(WorldError):

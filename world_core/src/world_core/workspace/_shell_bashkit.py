@@ -1,0 +1,186 @@
+"""The bashkit engine behind :class:`~world_core.workspace.Shell` (the optional extra ``shell``).
+
+bashkit interprets bash in Rust over a filesystem in memory; it has no way to the host's
+files (no real mount is configured), starts no process (``python3`` and ``sqlite`` builtins
+are off) and has no network (no allowlist given: ``curl``/``wget`` refuse). Each run gets a
+fresh interpreter, so nothing leaks from one script to the next.
+
+Its knobs cover time (``timeout_seconds``), loop iterations and commands; the rest is
+enforced around it: output is counted as it streams and the run cancelled past
+``max_output_bytes``; the tree's bytes are checked before and after against
+``max_memory_bytes``; a deadline a little past ``timeout`` cancels a run the engine did not
+stop itself.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+import anyio
+import bashkit
+
+from world_core.workspace._shell import (
+    LIMIT_EXIT_CODE,
+    SHELL_ENVIRONMENT,
+    WORKSPACE_ROOT,
+    Limit,
+    ShellLimits,
+    ShellResult,
+    Tree,
+    check_script,
+    limit_message,
+)
+
+__all__ = ["BashkitShell"]
+
+_GRACE = 1.0
+"""Seconds past ``timeout`` before the run is cancelled from outside."""
+
+_ENGINE_LIMITS: tuple[tuple[re.Pattern[str], Limit], ...] = (
+    (re.compile(r"execution timeout"), "time"),
+    (re.compile(r"loop iterations"), "loop"),
+    (re.compile(r"command (count|limit)"), "commands"),
+    (re.compile(r"function depth|memory"), "memory"),
+)
+
+
+def _engine_limit(error: str | None) -> Limit | None:
+    if not error or ("resource limit" not in error and "limit exceeded" not in error):
+        return None
+    for pattern, limit in _ENGINE_LIMITS:
+        if pattern.search(error):
+            return limit
+    return "commands"
+
+
+def _load(fs: Any, tree: Tree) -> None:
+    fs.mkdir(WORKSPACE_ROOT, True)
+    for path in sorted(tree.dirs):
+        fs.mkdir(f"{WORKSPACE_ROOT}/{path}", True)
+    for path, content in tree.files.items():
+        fs.write_file(f"{WORKSPACE_ROOT}/{path}", content)
+        mode = tree.modes.get(path)
+        if mode is not None:
+            fs.chmod(f"{WORKSPACE_ROOT}/{path}", mode)
+
+
+def _walk(fs: Any) -> Tree:
+    files: dict[str, bytes] = {}
+    dirs: set[str] = set()
+    modes: dict[str, int] = {}
+    if not fs.exists(WORKSPACE_ROOT):
+        return Tree()
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        for entry in fs.read_dir(f"{WORKSPACE_ROOT}/{relative}" if relative else WORKSPACE_ROOT):
+            path = posixpath.join(relative, entry["name"]) if relative else entry["name"]
+            kind = entry["metadata"]["file_type"]
+            if kind == "directory":
+                dirs.add(path)
+                pending.append(path)
+            elif kind == "file":
+                files[path] = bytes(fs.read_file(f"{WORKSPACE_ROOT}/{path}"))
+                modes[path] = int(entry["metadata"]["mode"]) & 0o7777
+            # a symbolic link is not part of the tree: the workspace keeps files and folders
+    return Tree(files=files, dirs=frozenset(dirs), modes=modes)
+
+
+def _truncate(text: str, limit: int) -> str:
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode("utf-8", "ignore")
+
+
+class BashkitShell:
+    """:class:`~world_core.workspace.Shell` on bashkit."""
+
+    name = f"bashkit {bashkit.__version__}"
+
+    async def run(self, script: str, tree: Tree, limits: ShellLimits | None = None) -> ShellResult:
+        """See :meth:`Shell.run <world_core.workspace.Shell.run>`."""
+        check_script(script)
+        limits = limits if limits is not None else ShellLimits()
+        if tree.size > limits.max_memory_bytes:
+            return self._stopped(tree, "memory", f"the tree holds {tree.size} bytes", "", "")
+        bash = bashkit.Bash(
+            username="user",
+            hostname="world",
+            cwd=WORKSPACE_ROOT,
+            env=dict(SHELL_ENVIRONMENT),
+            max_commands=limits.max_commands,
+            max_loop_iterations=limits.max_loop_iterations,
+            max_memory=limits.max_memory_bytes,
+            timeout_seconds=limits.timeout,
+        )
+        _load(bash.fs(), tree)
+        counted = [0]
+        overflow = [False]
+
+        def count(stdout: str, stderr: str) -> None:
+            counted[0] += len(stdout) + len(stderr)
+            if counted[0] > 2 * limits.max_output_bytes and not overflow[0]:
+                overflow[0] = True
+                bash.cancel()
+
+        result: Any = None
+        with anyio.move_on_after(limits.timeout + _GRACE):
+            result = await bash.execute(script, on_output=count)
+        if result is None:
+            bash.cancel()
+            return self._stopped(tree, "time", f"{limits.timeout} s", "", "")
+        stdout, stderr = str(result.stdout), str(result.stderr)
+        if overflow[0]:
+            return self._stopped(
+                tree,
+                "output",
+                f"more than {limits.max_output_bytes} bytes",
+                stdout,
+                stderr,
+                limits.max_output_bytes,
+            )
+        limit = _engine_limit(result.error)
+        if limit is not None:
+            return self._stopped(
+                tree, limit, str(result.error), stdout, stderr, limits.max_output_bytes
+            )
+        after = _walk(bash.fs())
+        if after.size > limits.max_memory_bytes:
+            return self._stopped(
+                tree,
+                "memory",
+                f"the files would hold {after.size} bytes",
+                stdout,
+                stderr,
+                limits.max_output_bytes,
+            )
+        out_limit = limits.max_output_bytes
+        if (
+            len(stdout.encode("utf-8", "surrogateescape")) > out_limit
+            or len(stderr.encode("utf-8", "surrogateescape")) > out_limit
+        ):
+            return self._stopped(
+                tree, "output", f"more than {out_limit} bytes", stdout, stderr, out_limit
+            )
+        return ShellResult(
+            stdout=stdout, stderr=stderr, exit_code=int(result.exit_code), tree=after
+        )
+
+    @staticmethod
+    def _stopped(
+        tree: Tree, limit: Limit, detail: str, stdout: str, stderr: str, cap: int = 1 << 20
+    ) -> ShellResult:
+        message = limit_message(limit, detail)
+        stderr = _truncate(stderr, cap)
+        if stderr and not stderr.endswith("\n"):
+            stderr += "\n"
+        return ShellResult(
+            stdout=_truncate(stdout, cap),
+            stderr=f"{stderr}{message}\n",
+            exit_code=LIMIT_EXIT_CODE,
+            tree=tree,
+            limit=limit,
+        )

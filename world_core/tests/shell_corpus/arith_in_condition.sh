@@ -1,0 +1,2 @@
+n=8
+if (( n % 2 == 0 )); then echo even; fi

@@ -1,0 +1,2 @@
+let x=5*3
+echo $x

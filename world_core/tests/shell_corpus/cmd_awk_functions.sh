@@ -1,0 +1,1 @@
+echo 'Hello World' | awk '{print toupper($1), length($2), substr($2, 2, 3)}'

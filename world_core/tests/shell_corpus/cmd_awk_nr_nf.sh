@@ -1,0 +1,1 @@
+printf 'a b c\nd e\n' | awk '{print NR, NF}'

@@ -1,0 +1,2 @@
+cat nothere.txt 2>/dev/null
+echo "status $?"

@@ -1,0 +1,2 @@
+printf 'x\ny\nz\n' > f.txt
+cat -n f.txt

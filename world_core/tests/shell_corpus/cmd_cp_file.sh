@@ -1,0 +1,3 @@
+echo content > src.txt
+cp src.txt dst.txt
+cat dst.txt

@@ -1,0 +1,1 @@
+echo 'abcdef' | cut -c2-4

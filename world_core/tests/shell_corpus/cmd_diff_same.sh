@@ -1,0 +1,2 @@
+echo same > a; echo same > b
+diff a b && echo identical

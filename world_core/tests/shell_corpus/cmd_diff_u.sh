@@ -1,0 +1,3 @@
+printf 'one\ntwo\n' > a
+printf 'one\nTWO\n' > b
+diff -u a b | tail -n +3

@@ -1,0 +1,4 @@
+echo -n no-newline
+echo
+echo -e 'tab\there'
+echo 'literal\tbackslash'

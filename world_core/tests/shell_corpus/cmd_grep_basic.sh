@@ -1,0 +1,2 @@
+printf 'alpha\nbeta\ngamma\n' > g.txt
+grep a g.txt

@@ -1,0 +1,2 @@
+printf 'cat\ndog\ncow\n' > f
+grep -E '^(cat|cow)$' f

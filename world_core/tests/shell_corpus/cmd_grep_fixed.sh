@@ -1,0 +1,1 @@
+printf 'a.b\naxb\n' | grep -F 'a.b'

@@ -1,0 +1,3 @@
+printf 'Apple\nbanana\nAPRICOT\n' > g.txt
+grep -i ap g.txt
+grep -v an g.txt

@@ -1,0 +1,2 @@
+echo hit > a; echo miss > b; echo hit > c
+grep -l hit a b c

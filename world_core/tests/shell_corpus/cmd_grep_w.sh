@@ -1,0 +1,1 @@
+printf 'foo\nfoobar\nbar foo\n' | grep -w foo

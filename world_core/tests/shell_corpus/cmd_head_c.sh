@@ -1,0 +1,2 @@
+echo abcdefgh | head -c 3
+echo

@@ -1,0 +1,1 @@
+jq -n -c --arg x hello '{greeting: $x}'

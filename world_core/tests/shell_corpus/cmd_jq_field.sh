@@ -1,0 +1,1 @@
+echo '{"name":"w","n":3}' | jq -r '.name'

@@ -1,0 +1,2 @@
+touch .dot plain
+ls -a

@@ -1,0 +1,3 @@
+mkdir dir1
+touch b.txt a.txt
+ls

@@ -1,0 +1,3 @@
+mkdir -p d
+touch d/z d/y
+ls d

@@ -1,0 +1,2 @@
+touch a b
+ls -1

@@ -1,0 +1,3 @@
+mkdir -p a/b/c
+[ -d a/b/c ] && echo made
+mkdir a 2>/dev/null || echo exists

@@ -1,0 +1,4 @@
+mkdir dest
+touch f1 f2
+mv f1 f2 dest/
+ls dest

@@ -1,0 +1,4 @@
+echo data > old.txt
+mv old.txt new.txt
+ls
+cat new.txt

@@ -1,0 +1,2 @@
+printf 'a\tb\\n\n'
+printf '%%\n'

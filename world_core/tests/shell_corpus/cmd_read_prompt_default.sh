@@ -1,0 +1,1 @@
+echo input | { read -r v; echo "got $v"; }

@@ -1,0 +1,3 @@
+touch x y
+rm x
+ls

@@ -1,0 +1,3 @@
+mkdir empty
+rmdir empty
+[ -e empty ] || echo removed

@@ -1,0 +1,1 @@
+printf 'start\nx\nend\ny\n' | sed -n '/start/,/end/p'

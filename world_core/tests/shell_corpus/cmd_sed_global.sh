@@ -1,0 +1,1 @@
+echo 'a a a' | sed 's/a/b/g'

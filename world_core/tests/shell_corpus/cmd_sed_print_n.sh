@@ -1,0 +1,1 @@
+printf 'a\nb\nc\nd\n' | sed -n '2,3p'

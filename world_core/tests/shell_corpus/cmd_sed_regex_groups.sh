@@ -1,0 +1,1 @@
+echo 'john smith' | sed -E 's/([a-z]+) ([a-z]+)/\2, \1/'

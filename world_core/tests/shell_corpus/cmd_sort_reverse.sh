@@ -1,0 +1,1 @@
+printf 'a\nc\nb\n' | sort -r

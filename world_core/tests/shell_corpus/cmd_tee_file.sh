@@ -1,0 +1,2 @@
+echo logged | tee out.log
+cat out.log

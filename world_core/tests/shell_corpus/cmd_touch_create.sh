@@ -1,0 +1,2 @@
+touch a b c
+ls

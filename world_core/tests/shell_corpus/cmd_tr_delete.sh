@@ -1,0 +1,1 @@
+echo 'h-e-l-l-o' | tr -d '-'

@@ -1,0 +1,1 @@
+echo 'aaabbbccc   d' | tr -s 'a-c '

@@ -1,0 +1,1 @@
+echo 'make me loud' | tr '[:lower:]' '[:upper:]'

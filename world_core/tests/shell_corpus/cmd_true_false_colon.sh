@@ -1,0 +1,3 @@
+true; echo $?
+false; echo $?
+:; echo $?

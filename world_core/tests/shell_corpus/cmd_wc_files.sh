@@ -1,0 +1,3 @@
+printf 'a\nb\n' > x
+printf 'c\n' > y
+wc -l x y

@@ -1,0 +1,2 @@
+printf 'f1\nf2\n' | xargs touch
+ls

@@ -1,0 +1,2 @@
+v=`echo back`
+echo $v

@@ -1,0 +1,2 @@
+now=$(echo fixed)
+echo "value: $now"

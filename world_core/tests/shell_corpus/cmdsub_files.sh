@@ -1,0 +1,3 @@
+touch one two three
+count=$(ls | wc -l)
+echo "files: $count"

@@ -1,0 +1,2 @@
+v=$(printf 'a\n\n\n')
+echo "[$v]"

@@ -1,0 +1,2 @@
+nosuchcommand_xyz 2>/dev/null
+echo "status $?"

@@ -1,0 +1,4 @@
+set -e
+echo start
+false
+echo unreachable

@@ -1,0 +1,4 @@
+set -e
+if false; then echo no; fi
+false || true
+echo survived

@@ -1,0 +1,3 @@
+echo data > f
+: > f
+wc -c < f

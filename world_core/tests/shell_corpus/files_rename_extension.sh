@@ -1,0 +1,3 @@
+touch a.txt b.txt c.log
+for f in *.txt; do mv "$f" "${f%.txt}.md"; done
+ls

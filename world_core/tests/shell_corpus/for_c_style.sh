@@ -1,0 +1,2 @@
+for ((i=0; i<5; i++)); do printf '%d ' "$i"; done
+echo

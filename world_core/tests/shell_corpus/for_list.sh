@@ -1,0 +1,1 @@
+for w in alpha beta gamma; do echo "word $w"; done

@@ -1,0 +1,1 @@
+for i in $(seq 3 5); do echo "n=$i"; done

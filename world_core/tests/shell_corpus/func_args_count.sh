@@ -1,0 +1,4 @@
+count() { echo "$#"; }
+count a b c
+count
+count "a b"

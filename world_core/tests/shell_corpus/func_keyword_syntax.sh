@@ -1,0 +1,2 @@
+function hello { echo "keyword $1"; }
+hello x

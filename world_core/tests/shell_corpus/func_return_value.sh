@@ -1,0 +1,2 @@
+f() { return 7; }
+f; echo "got $?"

@@ -1,0 +1,2 @@
+touch .hidden visible
+echo *

@@ -1,0 +1,2 @@
+touch a1 a2 a10
+echo a?

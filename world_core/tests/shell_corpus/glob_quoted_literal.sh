@@ -1,0 +1,3 @@
+touch 'a*b' ab
+echo "a*b"
+ls

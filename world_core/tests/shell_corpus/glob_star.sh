@@ -1,0 +1,2 @@
+touch a.txt b.txt c.log
+echo *.txt

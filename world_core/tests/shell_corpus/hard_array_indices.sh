@@ -1,0 +1,3 @@
+arr=(a b c)
+unset 'arr[1]'
+echo "${!arr[@]}" "${#arr[@]}"

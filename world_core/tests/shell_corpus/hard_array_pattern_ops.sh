@@ -1,0 +1,3 @@
+arr=(apple.txt berry.txt cherry.md)
+echo "${arr[@]%.txt}"
+echo "${arr[@]/e/E}"

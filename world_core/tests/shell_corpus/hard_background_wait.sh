@@ -1,0 +1,3 @@
+echo one > a &
+wait
+cat a

@@ -1,0 +1,5 @@
+case x in
+  x) echo first ;&
+  y) echo second ;;
+  z) echo third ;;
+esac

@@ -1,0 +1,1 @@
+printf '%s\n' $'line1\nline2' $'\x41\x42'

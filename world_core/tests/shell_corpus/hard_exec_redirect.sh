@@ -1,0 +1,4 @@
+exec > out.txt
+echo captured
+echo also
+exec >&2

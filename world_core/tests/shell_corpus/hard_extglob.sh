@@ -1,0 +1,3 @@
+shopt -s extglob
+touch a.txt b.log c.md
+echo !(*.txt)

@@ -1,0 +1,4 @@
+mkdir -p t
+touch t/a.tmp t/b.tmp t/keep.txt
+find t -name '*.tmp' -delete
+ls t

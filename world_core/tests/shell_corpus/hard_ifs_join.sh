@@ -1,0 +1,2 @@
+arr=(a b c)
+(IFS=,; echo "${arr[*]}")

@@ -1,0 +1,1 @@
+echo '{"u":"bob","n":2}' | jq -r '"\(.u) has \(.n) items"'

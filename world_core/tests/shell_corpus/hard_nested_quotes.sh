@@ -1,0 +1,4 @@
+x="a \"quoted\" 'mixed' string"
+echo "$x"
+eval "y=\"$x\""
+echo "${#y}"

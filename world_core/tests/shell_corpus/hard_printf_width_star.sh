@@ -1,0 +1,2 @@
+printf '%*s|\n' 6 hi
+printf '%-*s|\n' 6 hi

@@ -1,0 +1,2 @@
+read -ra parts <<< "x y  z"
+echo "${#parts[@]} ${parts[2]}"

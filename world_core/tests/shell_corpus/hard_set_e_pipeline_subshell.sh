@@ -1,0 +1,3 @@
+set -e
+out=$(echo ok; false) || echo "caught $?"
+echo "out=$out"

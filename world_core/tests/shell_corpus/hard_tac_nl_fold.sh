@@ -1,0 +1,3 @@
+printf 'a\nb\nc\n' | tac
+printf 'x\ny\n' | nl
+echo 'abcdefghij' | fold -w 4

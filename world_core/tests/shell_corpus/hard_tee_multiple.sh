@@ -1,0 +1,2 @@
+echo data | tee a b > /dev/null
+cat a b

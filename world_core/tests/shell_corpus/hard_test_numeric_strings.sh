@@ -1,0 +1,2 @@
+[ 10 -gt 9 ] && echo numeric
+[[ 10 > 9 ]] || echo lexical

@@ -1,0 +1,3 @@
+trap 'echo "error on line"' ERR
+false
+echo after

@@ -1,0 +1,3 @@
+printf 'one two\nthree four five\n' > f
+wc -lw f
+wc f

@@ -1,0 +1,2 @@
+false && echo a || echo b
+true && echo c || echo d

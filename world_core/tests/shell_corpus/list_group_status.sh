@@ -1,0 +1,2 @@
+{ false; true; } && echo group-ok
+( exit 4 ) || echo "subshell failed $?"

@@ -1,0 +1,3 @@
+mkdir proj && cd proj && echo inside > f.txt
+cd ..
+cat proj/f.txt

@@ -1,0 +1,2 @@
+false || echo fallback
+true || echo never

@@ -1,0 +1,1 @@
+echo one; echo two; echo three

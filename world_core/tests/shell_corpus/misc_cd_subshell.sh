@@ -1,0 +1,3 @@
+mkdir -p deep/er
+( cd deep/er && touch marker )
+ls deep/er

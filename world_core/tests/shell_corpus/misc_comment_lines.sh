@@ -1,0 +1,2 @@
+# full comment
+echo visible # trailing comment

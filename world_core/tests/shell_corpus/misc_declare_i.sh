@@ -1,0 +1,3 @@
+declare -i num=4
+num+=3
+echo $num

@@ -1,0 +1,3 @@
+echo "she said \"hi\""
+echo 'it'\''s'
+echo $'a\tb'

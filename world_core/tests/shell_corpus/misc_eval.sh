@@ -1,0 +1,2 @@
+cmd='echo evaluated'
+eval "$cmd"

@@ -1,0 +1,7 @@
+parse() {
+  local OPTIND opt
+  while getopts "ab:" opt; do
+    case $opt in a) echo "flag a";; b) echo "b=$OPTARG";; esac
+  done
+}
+parse -a -b val

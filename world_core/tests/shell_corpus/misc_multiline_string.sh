@@ -1,0 +1,3 @@
+s="line1
+line2"
+echo "$s" | wc -l

@@ -1,0 +1,2 @@
+printf -v out '%03d' 7
+echo "$out"

@@ -1,0 +1,1 @@
+[[ apple < banana ]] && echo ordered

@@ -1,0 +1,3 @@
+x=outer
+( x=inner; echo "$x" )
+echo "$x"

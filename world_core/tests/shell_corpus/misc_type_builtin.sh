@@ -1,0 +1,2 @@
+type echo | head -c 4
+echo

@@ -1,0 +1,1 @@
+printf 'c\nb\na\n' | sort

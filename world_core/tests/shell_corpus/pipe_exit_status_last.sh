@@ -1,0 +1,2 @@
+false | true; echo "status $?"
+true | false; echo "status $?"

@@ -1,0 +1,1 @@
+printf 'apple\nbanana\napricot\ncherry\n' | grep '^a' | wc -l

@@ -1,0 +1,2 @@
+set -o pipefail
+false | true; echo "status $?"

@@ -1,0 +1,1 @@
+printf 'x\ny\nx\nz\nx\ny\n' | sort | uniq -c | sort -rn

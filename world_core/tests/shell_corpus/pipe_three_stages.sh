@@ -1,0 +1,1 @@
+printf 'a b\nc d\ne f\n' | tr ' ' '\n' | wc -l

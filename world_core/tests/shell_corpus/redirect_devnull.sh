@@ -1,0 +1,2 @@
+echo gone > /dev/null
+echo kept

@@ -1,0 +1,5 @@
+name=world
+cat <<'EOF'
+hello $name
+$(echo no)
+EOF

@@ -1,0 +1,2 @@
+echo a >> new.txt
+cat new.txt

@@ -1,0 +1,3 @@
+echo first > f.txt
+echo second > f.txt
+cat f.txt

@@ -1,0 +1,2 @@
+printf 'z\ny\nx\n' > in.txt
+sort < in.txt

@@ -1,0 +1,2 @@
+echo hello > out.txt
+cat out.txt

@@ -1,0 +1,4 @@
+# compare: stderr
+echo out
+echo err >&2
+echo out2

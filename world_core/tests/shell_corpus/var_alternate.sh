@@ -1,0 +1,2 @@
+z=set
+echo "${z:+alt}" "[${unset_var:+alt}]"

@@ -1,0 +1,2 @@
+arr=(a b c d e)
+echo "${arr[@]:1:3}"

@@ -1,0 +1,3 @@
+unset y
+echo "${y:=assigned}"
+echo "$y"

@@ -1,0 +1,3 @@
+a=1
+b="two words"
+echo "$a $b"

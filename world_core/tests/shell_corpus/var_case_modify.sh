@@ -1,0 +1,2 @@
+s="Hello World"
+echo "${s^^}" "${s,,}" "${s^}"

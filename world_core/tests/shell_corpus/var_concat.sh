@@ -1,0 +1,4 @@
+a=foo; b=bar
+c="$a$b"
+c+=baz
+echo "$c"

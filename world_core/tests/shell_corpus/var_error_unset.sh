@@ -1,0 +1,3 @@
+unset q
+( : "${q:?q is required}" ) 2>/dev/null
+echo "status $?"

@@ -1,0 +1,3 @@
+line="a:b:c"
+IFS=: read -r x y z <<< "$line"
+echo "$z $y $x"

@@ -1,0 +1,3 @@
+name=target
+target=found
+echo "${!name}"

@@ -1,0 +1,2 @@
+s="hello world"
+echo "${#s}"

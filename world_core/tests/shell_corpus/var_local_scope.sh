@@ -1,0 +1,4 @@
+v=global
+f() { local v=local; echo "$v"; }
+f
+echo "$v"

@@ -1,0 +1,2 @@
+p=/usr/local/bin/tool
+echo "${p#*/}" "${p##*/}"

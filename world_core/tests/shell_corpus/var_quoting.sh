@@ -1,0 +1,4 @@
+v='a   b'
+echo $v
+echo "$v"
+echo '$v'

@@ -1,0 +1,2 @@
+s="foofoo"
+echo "${s/#foo/bar}" "${s/%foo/bar}"

@@ -1,0 +1,3 @@
+set -- one two three
+echo "$#" "$1" "$3"
+echo "$@"

@@ -1,0 +1,2 @@
+f=archive.tar.gz
+echo "${f%.*}" "${f%%.*}"
