@@ -126,6 +126,7 @@ class Client:
         digest = hashlib.sha256(canonical_json(message)).hexdigest()
         stored = await stored_value(self._blobs, message, self._blob_threshold)
         body: dict[str, Any] = {"t": "input", "turn": turn, "digest": digest}
+        body["at"] = round(time.time(), 3)  # when it was submitted (this process's clock)
         body.update({"message": message} if "value" in stored else stored)
         if parent is not None:
             body["parent"] = parent

@@ -94,7 +94,7 @@ import math
 import random as _random
 import time
 import uuid as _uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
 
@@ -463,10 +463,13 @@ class Journal:
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
         log_id: str | None = None,
+        run: Mapping[str, str | int] | None = None,
     ) -> None:
         self._world = world
         self._view: SessionView | None = None
         self._owner = owner
+        self._run = dict(run) if run is not None else None
+        self._started: dict[int, float] = {}  # step -> when this Journal began it (its clock)
         self.queue = validate_id(queue, "queue")
         self.session_id = session_id
         self.turn_id = turn_id
@@ -507,6 +510,7 @@ class Journal:
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
         history: int | None = None,
+        run: Mapping[str, str | int] | None = None,
     ) -> Journal:
         """Load the session log (one read, plus the blobs it names) and return the journal of
         ``turn_id``.
@@ -525,6 +529,11 @@ class Journal:
                 as stale (:attr:`resumed_by`).
             queue: the queue the turn's messages are on (its worker's): child runs are
                 queued there unless told otherwise, and their ends wake this turn there.
+            run: who runs this attempt of the turn, recorded with every event this Journal
+                writes (``"run"``; a worker passes ``worker``, ``message`` and ``attempt``),
+                so a trace can tell which run wrote what. Every event also carries ``at``
+                (``clock()`` when it was made) and each outcome ``started`` (when this Journal
+                began the step). Readers must accept events without them (older histories).
             history: how many earlier turns :attr:`history` must hold at least (None: all).
                 Up to :data:`~world_core.journal._session.HISTORY_WINDOW`, the turn is read
                 from the session's latest checkpoint, whatever the session's length; more
@@ -556,6 +565,7 @@ class Journal:
             owner=owner,
             queue=queue,
             log_id=log_id,
+            run=run,
         )
         journal._view = view
         if history is not None and len(turn.past) > history:
@@ -707,7 +717,10 @@ class Journal:
                 reply = await client.complete(request)
             except ModelReplyError as exc:  # paid for: record it, never ask again
                 return {"error": _describe(exc), "raw": exc.raw[:_ERROR_CHARS]}
-            return {"output": reply.model_dump(mode="json")}
+            output = reply.model_dump(mode="json")
+            if output.get("usage") is None:
+                output.pop("usage", None)  # recorded only when the server reported it
+            return {"output": output}
 
         result = await self._step(
             "model", "model", digest_of(payload), preview, "safe", run, parts=(parts, payload)
@@ -1182,6 +1195,11 @@ class Journal:
         data: dict[str, Any] = {"t": what, "turn": self.turn_id, **body}
         if step is not None:
             data["step"] = step
+            if what == "outcome" and step in self._started:
+                data["started"] = self._started[step]
+        data["at"] = round(self._clock(), 3)
+        if self._run is not None:
+            data["run"] = self._run
         return NewEvent(key=key, data=canonical_json(data))
 
     def _check_usable(self) -> None:
@@ -1333,6 +1351,7 @@ class Journal:
         elif self._turn.reply is not None:
             raise self._mismatch(n, "end of turn (reply recorded)", attempted)
         self._next += 1
+        self._started[n] = round(self._clock(), 3)
         return n
 
     def _value(self, kind: str, make: Callable[[], Any]) -> Any:

@@ -74,6 +74,10 @@ class ModelReply(_Frozen):
 
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: dict[str, int] | None = None
+    """Token counts as the model server reported them (``prompt_tokens``,
+    ``completion_tokens``, ``total_tokens`` for an OpenAI-compatible server), or None when it
+    reported none. Recorded with the step's outcome (only when present) for traces."""
 
     def as_message(self) -> Message:
         """This reply as the assistant message to append to the conversation."""
@@ -460,7 +464,16 @@ def _reply_from(data: object) -> ModelReply:
     return ModelReply(
         content=_content_text(message.get("content")),
         tool_calls=[_tool_call(call) for call in calls],
+        usage=_usage(data.get("usage")),
     )
+
+
+def _usage(value: object) -> dict[str, int] | None:
+    """The integer token counts of a completion's ``usage`` (others ignored), or None."""
+    if not isinstance(value, dict):
+        return None
+    counts = {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return counts or None
 
 
 def _tool_call(call: object) -> ToolCall:

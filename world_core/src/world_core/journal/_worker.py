@@ -380,6 +380,11 @@ class Worker:
                             owner=lease.message_id,
                             queue=self.queue,
                             history=getattr(agent, "history_turns", None),
+                            run={
+                                "worker": self.name,
+                                "message": lease.message_id,
+                                "attempt": lease.attempt,
+                            },
                         )
                         if lease.message_id in journal.parked_messages:
                             parked = True  # handed on before (its worker died before the ack)
