@@ -7,9 +7,11 @@ conformance suite only ever see these types::
     WorldError
     ├── ConfigurationError        (also ValueError)   settings missing or wrong
     ├── InvalidArgumentError      (also ValueError)   a call refused before any I/O
-    │   └── InvalidIdentifierError                    an id, key or namespace the store refuses
+    │   ├── InvalidIdentifierError                    an id, key or namespace the store refuses
+    │   └── PathError                                 a workspace path refused or of the wrong kind
     ├── PayloadTooLargeError      (also ValueError)   one call carries more bytes than allowed
     ├── NotFoundError             (also LookupError)  the thing asked for does not exist
+    │   └── PathNotFoundError     (also FileNotFoundError)  no such file in the workspace
     ├── ConflictError                                 a compare-and-set saw another state
     ├── DuplicateKeyError                             an event key already exists in the log
     ├── LeaseLostError                                the lease's token is no longer current
@@ -23,7 +25,8 @@ conformance suite only ever see these types::
     ├── ToolError                                     a journaled tool call failed
     │   └── PossiblyRanError                          a never call interrupted: may have run
     ├── TurnFailedError                               the turn recorded a failure
-    └── TurnNotReadyError                             an earlier turn of the session runs
+    ├── TurnNotReadyError                             an earlier turn of the session runs
+    └── WorkspaceLimitError       (also ValueError)   a workspace size limit would be passed
 
 Each message says what the reader can do next.
 """
@@ -48,6 +51,8 @@ __all__ = [
     "ModelReplyError",
     "NonDeterminismError",
     "NotFoundError",
+    "PathError",
+    "PathNotFoundError",
     "PayloadTooLargeError",
     "PossiblyRanError",
     "ShellLimitError",
@@ -55,6 +60,7 @@ __all__ = [
     "TurnFailedError",
     "TurnNotReadyError",
     "UnsupportedError",
+    "WorkspaceLimitError",
     "WorldError",
 ]
 
@@ -75,6 +81,20 @@ class InvalidIdentifierError(InvalidArgumentError):
     """An identifier, event key, status or namespace was refused before anything was written."""
 
 
+class PathError(InvalidArgumentError):
+    """A workspace path was refused (absolute, ``..`` above the root, a backslash, NUL or a
+    control character, too long, a link) or names the wrong kind of entry (a directory where
+    a file is needed ...); nothing was changed.
+
+    Attributes:
+        path: the path as given.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class PayloadTooLargeError(WorldError, ValueError):
     """One call carries more payload bytes than the World accepts; nothing was written.
 
@@ -91,6 +111,18 @@ class PayloadTooLargeError(WorldError, ValueError):
 
 class NotFoundError(WorldError, LookupError):
     """The log, message, stream or dead letter asked for does not exist."""
+
+
+class PathNotFoundError(NotFoundError, FileNotFoundError):
+    """No file or directory at this path of the workspace (also a ``FileNotFoundError``).
+
+    Attributes:
+        path: the normalised path.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class ConflictError(WorldError):
@@ -279,3 +311,20 @@ class TurnNotReadyError(WorldError):
     def __init__(self, message: str, *, waiting_for: str) -> None:
         super().__init__(message)
         self.waiting_for = waiting_for
+
+
+class WorkspaceLimitError(WorldError, ValueError):
+    """A change would pass one of the workspace's limits (``WorkspaceLimits``); nothing was
+    changed. The message names the limit and how to raise it.
+
+    Attributes:
+        limit: the limit's name (``max_file_bytes``, ``max_total_bytes``, ``max_entries``).
+        allowed: its value.
+        needed: what the change would have needed.
+    """
+
+    def __init__(self, message: str, *, limit: str, allowed: int, needed: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.allowed = allowed
+        self.needed = needed

@@ -1,10 +1,24 @@
-"""The workspace layer: a session's documents (and, as it grows, its virtual filesystem).
+"""The workspace layer: a session's documents and its virtual filesystem.
 
 Built on the journal's public API only: a tool's edits reach the log through the journal's
-generic staging hook (``ToolContext.stage``), committed with the tool's outcome.
+generic staging hook (``ToolContext.stage``) and commit hooks, committed with the tool's
+outcome.
 """
 
 from world_core.workspace._documents import DocumentEdits, Documents
+from world_core.workspace._fs import (
+    TREE_STATE,
+    FileEntry,
+    Files,
+    FileStat,
+    FileTree,
+    Snapshot,
+    TreeLike,
+    VirtualWorkspace,
+    Workspace,
+    virtual,
+)
+from world_core.workspace._fs_paths import WorkspaceLimits, normalize_path
 from world_core.workspace._shell import (
     LIMIT_EXIT_CODE,
     SHELL_ENVIRONMENT,
@@ -16,17 +30,32 @@ from world_core.workspace._shell import (
     Tree,
     default_shell,
 )
+from world_core.workspace._shell_tool import SHELL_TOOL_DESCRIPTION, bash_tool
 
 __all__ = [
     "LIMIT_EXIT_CODE",
     "SHELL_ENVIRONMENT",
+    "SHELL_TOOL_DESCRIPTION",
+    "TREE_STATE",
     "WORKSPACE_ROOT",
     "DocumentEdits",
     "Documents",
+    "FileEntry",
+    "FileStat",
+    "FileTree",
+    "Files",
     "Limit",
     "Shell",
     "ShellLimits",
     "ShellResult",
+    "Snapshot",
     "Tree",
+    "TreeLike",
+    "VirtualWorkspace",
+    "Workspace",
+    "WorkspaceLimits",
+    "bash_tool",
     "default_shell",
+    "normalize_path",
+    "virtual",
 ]

@@ -1,0 +1,1115 @@
+"""The virtual filesystem: a session's file tree kept in its log, file contents in blobs.
+
+``virtual()`` (the default, ``context.fs``): the tree is the session state ``fs/tree``, a
+JSON document of paths, sizes, modes and sha-256 digests (:class:`FileTree`); each file's
+bytes are a content-addressed blob (``world_core.journal.Blobs``), so a file unchanged across
+versions, or the same bytes under two names, is stored once. A tool reads and writes through
+``context.fs`` (:class:`Files`); its changes are kept in the call's working copy (reads see
+the call's own writes) and reach the log only when the call returns: the new contents are
+stored as blobs and the new tree is staged (``ToolContext.before_commit``, ``stage``), so
+they are committed in the same atomic append as the call's outcome, or not at all. A call
+that fails, times out, is interrupted or crashes changes no file; a ``safe`` call re-run
+after a crash starts from the same committed tree and so leaves the same files.
+
+``virtual(durable=False)``: the same API over a tree held in this process's memory for draft
+work. It costs nothing in the log or the blob store and is cleared at the end of each turn
+(the next turn of the session starts empty; a turn resumed by another process starts empty
+too). Changes are applied when the call's outcome is kept, so a failing call changes nothing
+here either.
+
+Paths and limits: see :mod:`world_core.workspace._fs_paths` (relative, normalised, confined;
+no links of any kind) and :class:`WorkspaceLimits`.
+
+Versions and conflicts: every committed change set bumps :attr:`FileTree.version` by one.
+A tool sees the tree as of its turn's opening plus the committed calls of its turn (the
+journal's state); an app edits it outside a turn through :class:`Workspace`, whose writes
+can name the version they read (``expect_version``) and are refused with
+:class:`~world_core.errors.ConflictError` when the tree moved on.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import io
+import os
+import tarfile
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal, Protocol
+
+import anyio
+import anyio.to_thread
+
+from world_core.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    PathError,
+    PathNotFoundError,
+)
+from world_core.journal import BlobRef, Blobs, ToolContext, canonical_json, read_state, write_state
+from world_core.spi import World
+from world_core.workspace._fs_paths import (
+    WorkspaceLimits,
+    ancestors,
+    glob_regex,
+    normalize_path,
+    parent_of,
+)
+
+__all__ = [
+    "DEFAULT_DIR_MODE",
+    "DEFAULT_FILE_MODE",
+    "TREE_STATE",
+    "FileEntry",
+    "FileStat",
+    "FileTree",
+    "Files",
+    "Snapshot",
+    "TreeLike",
+    "VirtualWorkspace",
+    "Workspace",
+    "virtual",
+]
+
+TREE_STATE = "fs/tree"
+"""The session state that holds a durable workspace's tree."""
+
+TREE_FORMAT = 1
+DEFAULT_FILE_MODE = 0o644
+DEFAULT_DIR_MODE = 0o755
+_EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file in a tree: its content's sha-256, its size and its permission bits."""
+
+    digest: str
+    size: int
+    mode: int = DEFAULT_FILE_MODE
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What :meth:`Files.stat` tells about a path.
+
+    Attributes:
+        path: the normalised path (``""`` for the root).
+        kind: ``"file"`` or ``"dir"``.
+        size: bytes (0 for a directory).
+        mode: permission bits (``0o644`` for files unless set, ``0o755`` for directories).
+        digest: the content's sha-256 (None for a directory).
+    """
+
+    path: str
+    kind: Literal["file", "dir"]
+    size: int
+    mode: int
+    digest: str | None
+
+
+@dataclass(frozen=True)
+class FileTree:
+    """One version of a workspace's tree: metadata only, the bytes are blobs.
+
+    Attributes:
+        version: 0 for a workspace never written, then one more per committed change set.
+        files: normalised path to :class:`FileEntry`.
+        dirs: every directory, empty or not (a file's parents are always in it).
+    """
+
+    version: int = 0
+    files: Mapping[str, FileEntry] = field(default_factory=dict)
+    dirs: frozenset[str] = frozenset()
+
+    @property
+    def total_bytes(self) -> int:
+        """The size of all files together."""
+        return sum(entry.size for entry in self.files.values())
+
+    def digest(self) -> str:
+        """sha-256 of the tree's content (paths, modes, content digests; not the version):
+        two trees with the same files and directories have the same digest."""
+        return _tree_digest(self.files, self.dirs)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document kept in the session state :data:`TREE_STATE`."""
+        return {
+            "format": TREE_FORMAT,
+            "version": self.version,
+            "files": {
+                path: [entry.digest, entry.size, entry.mode]
+                for path, entry in sorted(self.files.items())
+            },
+            "dirs": sorted(self.dirs),
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> FileTree:
+        """Read :meth:`to_json`'s document (None: the empty tree, version 0).
+
+        Raises:
+            InvalidArgumentError: a document of an unknown format (written by newer code).
+        """
+        if value is None:
+            return cls()
+        if not isinstance(value, dict) or value.get("format") != TREE_FORMAT:
+            found = value.get("format") if isinstance(value, dict) else type(value).__name__
+            raise InvalidArgumentError(
+                f"the workspace tree has format {found!r}; this code reads format "
+                f"{TREE_FORMAT}: upgrade world-core"
+            )
+        files = {
+            path: FileEntry(str(item[0]), int(item[1]), int(item[2]))
+            for path, item in value["files"].items()
+        }
+        return cls(int(value["version"]), files, frozenset(value["dirs"]))
+
+
+def _tree_digest(files: Mapping[str, FileEntry], dirs: Iterable[str]) -> str:
+    document = {
+        "files": {p: [e.digest, e.size, e.mode] for p, e in sorted(files.items())},
+        "dirs": sorted(dirs),
+    }
+    return hashlib.sha256(canonical_json(document)).hexdigest()
+
+
+class TreeLike(Protocol):
+    """Anything :meth:`Files.apply` takes: files with their bytes, every directory, and the
+    modes of files whose mode is not ``0o644`` (:class:`Snapshot`, the shell's ``Tree``)."""
+
+    @property
+    def files(self) -> Mapping[str, bytes]: ...
+
+    @property
+    def dirs(self) -> Iterable[str]: ...
+
+    @property
+    def modes(self) -> Mapping[str, int]: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A whole tree with its bytes, for engines that work on a copy (the shell).
+
+    Attributes:
+        files: normalised path to content.
+        dirs: every directory (a file's parents included).
+        modes: modes of the files whose mode is not :data:`DEFAULT_FILE_MODE`.
+    """
+
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    dirs: frozenset[str] = frozenset()
+    modes: Mapping[str, int] = field(default_factory=dict)
+
+    def digest(self) -> str:
+        """The same digest as :meth:`FileTree.digest` of the tree it holds."""
+        entries = {
+            path: FileEntry(
+                hashlib.sha256(data).hexdigest(),
+                len(data),
+                self.modes.get(path, DEFAULT_FILE_MODE),
+            )
+            for path, data in self.files.items()
+        }
+        return _tree_digest(entries, self.dirs)
+
+
+def _check_mode(mode: object, default: int) -> int:
+    if mode is None:
+        return default
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+        raise InvalidArgumentError(f"mode must be permission bits 0 to 0o777, got {mode!r}")
+    return mode
+
+
+def _as_bytes(data: object, encoding: str = "utf-8") -> bytes:
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    if isinstance(data, str):
+        try:
+            return data.encode(encoding)
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(f"text cannot be encoded as {encoding}: {exc}") from None
+    raise InvalidArgumentError(f"file content must be bytes or str, got {type(data).__name__}")
+
+
+class _ContentCache:
+    """Bytes by digest, shared by every workspace of the process (content-addressed, so never
+    stale), bounded by total size, least recently used out first."""
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+        self._max = max_bytes
+
+    def get(self, digest: str) -> bytes | None:
+        data = self._items.get(digest)
+        if data is not None:
+            self._items.move_to_end(digest)
+        return data
+
+    def put(self, digest: str, data: bytes) -> None:
+        if digest in self._items or len(data) > self._max // 4:
+            return
+        self._items[digest] = data
+        self._bytes += len(data)
+        while self._bytes > self._max:
+            _, dropped = self._items.popitem(last=False)
+            self._bytes -= len(dropped)
+
+
+_CACHE = _ContentCache()
+
+
+class _Draft:
+    """A mutable working copy of a tree: every operation checks all it needs first, then
+    changes the copy, so a refused operation leaves it as it was."""
+
+    def __init__(
+        self,
+        base: FileTree,
+        limits: WorkspaceLimits,
+        load: Callable[[FileEntry], Awaitable[bytes]],
+    ) -> None:
+        self.base = base
+        self.limits = limits
+        self._load = load
+        self.files: dict[str, FileEntry] = dict(base.files)
+        self.dirs: set[str] = set(base.dirs)
+        self.total = base.total_bytes
+        self.new: dict[str, bytes] = {}  # digest -> bytes written in this draft
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def changed(self) -> bool:
+        return self.files != dict(self.base.files) or self.dirs != set(self.base.dirs)
+
+    def result(self) -> FileTree:
+        return FileTree(self.base.version + 1, dict(self.files), frozenset(self.dirs))
+
+    def is_dir(self, path: str) -> bool:
+        return path == "" or path in self.dirs
+
+    def _file(self, path: str, what: str = "path") -> FileEntry:
+        entry = self.files.get(path)
+        if entry is None:
+            if self.is_dir(path):
+                raise PathError(f"{what} {path!r} is a directory, not a file", path=path)
+            raise PathNotFoundError(f"no file {path!r} in the workspace", path=path)
+        return entry
+
+    async def content(self, entry: FileEntry) -> bytes:
+        if entry.size == 0:
+            return b""
+        data = self.new.get(entry.digest)
+        if data is None:
+            data = _CACHE.get(entry.digest)
+        if data is None:
+            data = await self._load(entry)
+            _CACHE.put(entry.digest, data)
+        return data
+
+    async def read(self, path: str) -> bytes:
+        return await self.content(self._file(path))
+
+    def stat(self, path: str) -> FileStat:
+        entry = self.files.get(path)
+        if entry is not None:
+            return FileStat(path, "file", entry.size, entry.mode, entry.digest)
+        if self.is_dir(path):
+            return FileStat(path, "dir", 0, DEFAULT_DIR_MODE, None)
+        raise PathNotFoundError(f"no file or directory {path!r} in the workspace", path=path)
+
+    def children(self, path: str) -> list[str]:
+        if path in self.files:
+            raise PathError(f"{path!r} is a file, not a directory", path=path)
+        if not self.is_dir(path):
+            raise PathNotFoundError(f"no directory {path!r} in the workspace", path=path)
+        prefix = f"{path}/" if path else ""
+        names = {
+            entry[len(prefix) :]
+            for entry in (*self.files, *self.dirs)
+            if entry.startswith(prefix) and "/" not in entry[len(prefix) :]
+        }
+        return sorted(names)
+
+    def under(self, path: str) -> tuple[list[str], list[str]]:
+        """The files and directories strictly inside directory ``path``."""
+        prefix = f"{path}/" if path else ""
+        return (
+            sorted(p for p in self.files if p.startswith(prefix)),
+            sorted(p for p in self.dirs if p.startswith(prefix)),
+        )
+
+    def glob(self, pattern: str) -> list[str]:
+        regex = glob_regex(pattern)
+        return sorted(p for p in (*self.files, *self.dirs) if regex.match(p))
+
+    # -- changing --------------------------------------------------------------------------
+
+    def _parents_for(self, path: str, parents: bool) -> list[str]:
+        """The directories to create for ``path``; refuses a file in the way."""
+        missing: list[str] = []
+        for ancestor in ancestors(path):
+            if ancestor in self.files:
+                raise PathError(
+                    f"cannot create {path!r}: {ancestor!r} is a file, not a directory",
+                    path=path,
+                )
+            if ancestor not in self.dirs:
+                missing.append(ancestor)
+        if missing and not parents:
+            raise PathNotFoundError(
+                f"no directory {parent_of(path)!r} for {path!r}; create it first (mkdir) or "
+                "pass parents=True",
+                path=path,
+            )
+        return missing
+
+    def _check_entries(self, added: int, what: str) -> None:
+        count = len(self.files) + len(self.dirs) + added
+        if added > 0 and count > self.limits.max_entries:
+            raise self.limits.refuse("max_entries", count, what)
+
+    def put(self, path: str, data: bytes, mode: int | None, parents: bool = True) -> None:
+        if path == "":
+            raise PathError("cannot write to the workspace root; name a file", path=path)
+        if path in self.dirs:
+            raise PathError(f"{path!r} is a directory, not a file", path=path)
+        limits = self.limits
+        if len(data) > limits.max_file_bytes:
+            raise limits.refuse("max_file_bytes", len(data), f"file {path!r}")
+        old = self.files.get(path)
+        total = self.total - (old.size if old is not None else 0) + len(data)
+        if total > limits.max_total_bytes:
+            raise limits.refuse("max_total_bytes", total, f"writing {path!r}")
+        missing = self._parents_for(path, parents)
+        self._check_entries(len(missing) + (old is None), f"writing {path!r}")
+        digest = hashlib.sha256(data).hexdigest()
+        self.dirs.update(missing)
+        keep = old.mode if old is not None else DEFAULT_FILE_MODE
+        self.files[path] = FileEntry(digest, len(data), _check_mode(mode, keep))
+        self.total = total
+        if data:
+            self.new[digest] = data
+
+    def mkdir(self, path: str, parents: bool, exist_ok: bool) -> None:
+        if path == "" or path in self.dirs:
+            if exist_ok:
+                return
+            raise PathError(f"directory {path!r} already exists", path=path)
+        if path in self.files:
+            raise PathError(f"{path!r} is a file; cannot make it a directory", path=path)
+        missing = self._parents_for(path, parents)
+        self._check_entries(len(missing) + 1, f"mkdir {path!r}")
+        self.dirs.update(missing)
+        self.dirs.add(path)
+
+    def remove(self, path: str, recursive: bool) -> None:
+        if path == "":
+            raise PathError("cannot remove the workspace root", path=path)
+        entry = self.files.get(path)
+        if entry is not None:
+            del self.files[path]
+            self.total -= entry.size
+            return
+        if path not in self.dirs:
+            raise PathNotFoundError(f"no file or directory {path!r} in the workspace", path=path)
+        files, dirs = self.under(path)
+        if (files or dirs) and not recursive:
+            raise PathError(
+                f"directory {path!r} is not empty; pass recursive=True to remove it and "
+                "everything in it",
+                path=path,
+            )
+        for inner in files:
+            self.total -= self.files.pop(inner).size
+        self.dirs.difference_update(dirs)
+        self.dirs.discard(path)
+
+    def move(self, source: str, target: str, keep: bool) -> None:
+        """Rename (``keep=False``) or copy (``keep=True``) a file or directory tree."""
+        verb = "copy" if keep else "rename"
+        if source == "" or target == "":
+            raise PathError(f"cannot {verb} the workspace root", path=source or target)
+        if source == target:
+            if source not in self.files and source not in self.dirs:
+                raise PathNotFoundError(f"no file or directory {source!r}", path=source)
+            if keep:
+                raise PathError(f"cannot copy {source!r} onto itself", path=source)
+            return
+        if target.startswith(f"{source}/"):
+            raise PathError(f"cannot {verb} {source!r} into itself ({target!r})", path=target)
+        if source in self.files:
+            entry = self.files[source]
+            if target in self.dirs:
+                raise PathError(f"{verb}: {target!r} is a directory", path=target)
+            old = self.files.get(target)
+            total = self.total - (old.size if old is not None else 0)
+            total += entry.size if keep else 0
+            if keep and total > self.limits.max_total_bytes:
+                raise self.limits.refuse("max_total_bytes", total, f"copying to {target!r}")
+            missing = self._parents_for(target, True)
+            added = len(missing) + (old is None) - (0 if keep else 1)
+            self._check_entries(added, f"{verb} to {target!r}")
+            self.dirs.update(missing)
+            if not keep:
+                del self.files[source]
+            self.files[target] = entry
+            self.total = total if keep else self.total - (old.size if old is not None else 0)
+            return
+        if source not in self.dirs:
+            raise PathNotFoundError(
+                f"no file or directory {source!r} in the workspace", path=source
+            )
+        if target in self.files or target in self.dirs:
+            raise PathError(f"{verb}: {target!r} already exists", path=target)
+        files, dirs = self.under(source)
+        missing = self._parents_for(target, True)
+        moved_files = {f"{target}{p[len(source) :]}": self.files[p] for p in files}
+        moved_dirs = {f"{target}{p[len(source) :]}" for p in dirs} | {target}
+        for new in (*moved_files, *moved_dirs):
+            normalize_path(new, what=f"{verb} destination")  # a deep tree can get too deep
+        if keep:
+            total = self.total + sum(e.size for e in moved_files.values())
+            if total > self.limits.max_total_bytes:
+                raise self.limits.refuse("max_total_bytes", total, f"copying to {target!r}")
+            self._check_entries(
+                len(missing) + len(moved_files) + len(moved_dirs), f"copy to {target!r}"
+            )
+            self.total = total
+        else:
+            self._check_entries(len(missing), f"rename to {target!r}")
+            for p in files:
+                del self.files[p]
+            self.dirs.difference_update(dirs)
+            self.dirs.discard(source)
+        self.dirs.update(missing)
+        self.dirs.update(moved_dirs)
+        self.files.update(moved_files)
+
+    def replace(self, tree: TreeLike) -> None:
+        """Make the copy hold exactly ``tree`` (checked whole first)."""
+        files: dict[str, FileEntry] = {}
+        contents: dict[str, bytes] = {}
+        modes = dict(tree.modes)
+        dirs: set[str] = set()
+        for raw in tree.dirs:
+            path = normalize_path(raw, what="directory")
+            if path:
+                dirs.add(path)
+        for raw, data in tree.files.items():
+            path = normalize_path(raw, what="file")
+            if path == "":
+                raise PathError("a file cannot be the workspace root", path=raw)
+            data = _as_bytes(data)
+            if len(data) > self.limits.max_file_bytes:
+                raise self.limits.refuse("max_file_bytes", len(data), f"file {path!r}")
+            digest = hashlib.sha256(data).hexdigest()
+            mode = _check_mode(modes.pop(raw, None), DEFAULT_FILE_MODE)
+            files[path] = FileEntry(digest, len(data), mode)
+            if data:
+                contents[digest] = data
+            dirs.update(ancestors(path))
+        if modes:
+            raise InvalidArgumentError(f"modes given for paths that are not files: {sorted(modes)}")
+        clash = sorted(set(files) & dirs)
+        if clash:
+            raise PathError(f"{clash[0]!r} is both a file and a directory", path=clash[0])
+        total = sum(entry.size for entry in files.values())
+        if total > self.limits.max_total_bytes:
+            raise self.limits.refuse("max_total_bytes", total, "the tree")
+        count = len(files) + len(dirs)
+        if count > self.limits.max_entries:
+            raise self.limits.refuse("max_entries", count, "the tree")
+        self.files, self.dirs, self.total = files, dirs, total
+        self.new.update(contents)
+
+    async def snapshot(self) -> Snapshot:
+        files = {path: await self.content(entry) for path, entry in sorted(self.files.items())}
+        modes = {p: e.mode for p, e in self.files.items() if e.mode != DEFAULT_FILE_MODE}
+        return Snapshot(files, frozenset(self.dirs), modes)
+
+    async def store_new(self, blobs: Blobs) -> None:
+        """Store, as blobs, the new contents the copy still names."""
+        named = {entry.digest for entry in self.files.values()}
+        for digest, data in self.new.items():
+            if digest in named and digest not in _STORED:
+                await blobs.put(data)
+                _STORED.add(digest)
+
+
+class _StoredDigests:
+    """Digests this process stored as blobs (bounded): skips a blob's existence check when the
+    same bytes are committed again. A blob is never deleted, so this cannot go stale."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._items: OrderedDict[str, None] = OrderedDict()
+        self._size = size
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._items
+
+    def add(self, digest: str) -> None:
+        self._items[digest] = None
+        if len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+
+_STORED = _StoredDigests()
+
+
+class Files:
+    """A tool's view of a workspace (``context.fs``, or ``virtual(...).files(context)``).
+
+    Every method takes paths relative to the workspace root (see
+    :func:`~world_core.workspace._fs_paths.normalize_path`). Reads see this call's own
+    changes; changes are committed with the call's outcome and only if the call returns.
+
+    Raises (every method, as it applies):
+        PathError: a path refused by the confinement rules, or naming the wrong kind of entry.
+        PathNotFoundError: nothing at the path (also a ``FileNotFoundError``).
+        WorkspaceLimitError: a change would pass a :class:`WorkspaceLimits` limit; nothing
+            was changed.
+    """
+
+    def __init__(self, draft: _Draft, *, durable: bool) -> None:
+        self._draft = draft
+        self.durable = durable
+
+    @property
+    def version(self) -> int:
+        """The committed tree version this call started from."""
+        return self._draft.base.version
+
+    @property
+    def limits(self) -> WorkspaceLimits:
+        return self._draft.limits
+
+    async def read(self, path: str) -> bytes:
+        """The file's bytes."""
+        return await self._draft.read(normalize_path(path))
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """The file's text.
+
+        Raises:
+            InvalidArgumentError: the bytes are not valid ``encoding``.
+        """
+        data = await self.read(path)
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise InvalidArgumentError(
+                f"{path!r} is not {encoding} text ({exc}); read it with read()"
+            ) from None
+
+    async def write(
+        self, path: str, data: bytes | str, *, mode: int | None = None, parents: bool = True
+    ) -> int:
+        """Create or replace a file (``str`` is written as UTF-8); returns its size.
+
+        Args:
+            mode: permission bits (default: the old file's, or ``0o644``).
+            parents: create missing parent directories (default); False refuses instead.
+        """
+        content = _as_bytes(data)
+        self._draft.put(normalize_path(path), content, mode, parents)
+        return len(content)
+
+    async def append(self, path: str, data: bytes | str) -> int:
+        """Add to the end of a file (created if missing); returns its new size."""
+        normal = normalize_path(path)
+        content = _as_bytes(data)
+        old = self._draft.files.get(normal)
+        before = await self._draft.content(old) if old is not None else b""
+        self._draft.put(normal, before + content, None)
+        return len(before) + len(content)
+
+    async def exists(self, path: str) -> bool:
+        """Whether a file or directory is at ``path``."""
+        normal = normalize_path(path)
+        return normal in self._draft.files or self._draft.is_dir(normal)
+
+    async def stat(self, path: str) -> FileStat:
+        """Kind, size, mode and digest of the entry at ``path``."""
+        return self._draft.stat(normalize_path(path))
+
+    async def list(self, path: str = "") -> list[str]:
+        """The names in a directory (the root by default), sorted."""
+        return self._draft.children(normalize_path(path))
+
+    async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
+        """Create a directory (and its parents, by default)."""
+        self._draft.mkdir(normalize_path(path), parents, exist_ok)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file or an empty directory (``recursive=True``: any directory)."""
+        self._draft.remove(normalize_path(path), recursive)
+
+    async def rename(self, source: str, target: str) -> None:
+        """Move a file (replacing a file at ``target``) or a directory (``target`` must not
+        exist); missing parents of ``target`` are created."""
+        self._draft.move(
+            normalize_path(source, what="source"), normalize_path(target, what="target"), False
+        )
+
+    async def copy(self, source: str, target: str) -> None:
+        """Copy a file (replacing a file at ``target``) or a directory tree (``target`` must
+        not exist). No bytes are copied: the copy names the same blob."""
+        self._draft.move(
+            normalize_path(source, what="source"), normalize_path(target, what="target"), True
+        )
+
+    async def glob(self, pattern: str) -> builtins.list[str]:
+        """Paths of files and directories matching ``pattern``, sorted: ``*``, ``?``,
+        ``[abc]``, ``[!abc]`` within a name (names starting with ``.`` included), ``**`` for
+        any number of directories (``src/**/*.py``)."""
+        return self._draft.glob(normalize_path(pattern, what="pattern"))
+
+    async def tree(self) -> FileTree:
+        """The tree as this call sees it (metadata), with :attr:`version` as its version."""
+        return FileTree(self.version, dict(self._draft.files), frozenset(self._draft.dirs))
+
+    async def digest(self) -> str:
+        """:meth:`FileTree.digest` of the tree as this call sees it."""
+        return _tree_digest(self._draft.files, self._draft.dirs)
+
+    async def snapshot(self) -> Snapshot:
+        """The whole tree with every file's bytes (for an engine that works on a copy, such
+        as the shell): ``files`` path to bytes, ``dirs`` every directory, ``modes`` of files
+        whose mode is not ``0o644``."""
+        return await self._draft.snapshot()
+
+    async def apply(self, tree: TreeLike) -> None:
+        """Make the workspace hold exactly ``tree`` (a :class:`Snapshot` or the shell's
+        ``Tree``), as one change set of this call: files missing from it are removed,
+        directories not in it (and not a file's parent) too. Checked whole first: a refused
+        tree changes nothing."""
+        self._draft.replace(tree)
+
+
+class _DraftStore:
+    """The in-memory trees of ``virtual(durable=False)``: per session, for one turn, bounded
+    (the least recently used sessions are dropped past ``max_sessions``)."""
+
+    def __init__(self, max_sessions: int = 64) -> None:
+        self._trees: OrderedDict[str, tuple[str, FileTree, dict[str, bytes]]] = OrderedDict()
+        self._max = max_sessions
+
+    def get(self, session_id: str, turn_id: str) -> tuple[FileTree, dict[str, bytes]]:
+        found = self._trees.get(session_id)
+        if found is None or found[0] != turn_id:
+            self._trees.pop(session_id, None)  # a new turn: the last turn's draft is gone
+            return FileTree(), {}
+        self._trees.move_to_end(session_id)
+        return found[1], found[2]
+
+    def put(
+        self, session_id: str, turn_id: str, tree: FileTree, contents: dict[str, bytes]
+    ) -> None:
+        self._trees[session_id] = (turn_id, tree, contents)
+        self._trees.move_to_end(session_id)
+        while len(self._trees) > self._max:
+            self._trees.popitem(last=False)
+
+
+_DRAFTS = _DraftStore()
+
+
+@dataclass(frozen=True)
+class VirtualWorkspace:
+    """What :func:`virtual` returns: which workspace a tool works on, and its limits."""
+
+    durable: bool = True
+    limits: WorkspaceLimits = field(default_factory=WorkspaceLimits)
+
+    def files(self, context: ToolContext) -> Files:
+        """This call's view of the session's workspace (the same object for the whole call).
+
+        Raises:
+            InvalidArgumentError: the stored tree has a format this code cannot read.
+        """
+        per_call = _VIEWS.setdefault(context, {})
+        view = per_call.get(self.durable)
+        if view is not None:
+            return view
+        view = self._durable(context) if self.durable else self._draft(context)
+        per_call[self.durable] = view
+        return view
+
+    def _durable(self, context: ToolContext) -> Files:
+        base = FileTree.from_json(context.state(TREE_STATE))
+        blobs = context.blobs
+        draft = _Draft(base, self.limits, lambda entry: _load(blobs, entry))
+
+        async def commit() -> None:
+            if not draft.changed:
+                return
+            await draft.store_new(blobs)
+            context.stage(TREE_STATE, draft.result().to_json())
+
+        context.before_commit(commit)
+        return Files(draft, durable=True)
+
+    def _draft(self, context: ToolContext) -> Files:
+        session, turn = context.session_id, context.turn_id
+        base, contents = _DRAFTS.get(session, turn)
+
+        async def missing(entry: FileEntry) -> bytes:
+            raise AssertionError(f"draft workspace lost the bytes of {entry.digest}")
+
+        draft = _Draft(base, self.limits, missing)
+        draft.new.update(contents)
+
+        def commit() -> None:
+            if draft.changed:
+                named = {entry.digest for entry in draft.files.values()}
+                kept = {d: b for d, b in draft.new.items() if d in named}
+                _DRAFTS.put(session, turn, draft.result(), kept)
+
+        context.after_commit(commit)
+        return Files(draft, durable=False)
+
+
+_VIEWS: weakref.WeakKeyDictionary[ToolContext, dict[bool, Files]] = weakref.WeakKeyDictionary()
+
+
+def virtual(*, durable: bool = True, limits: WorkspaceLimits | None = None) -> VirtualWorkspace:
+    """A virtual workspace: ``durable=True`` (default) keeps the tree in the session log,
+    ``durable=False`` in this process's memory for the current turn only. A tool gets its
+    view with ``virtual(...).files(context)``; ``context.fs`` is ``virtual().files(context)``.
+
+    Raises:
+        InvalidArgumentError: ``durable`` is not a bool, or ``limits`` not
+            :class:`WorkspaceLimits`.
+    """
+    if not isinstance(durable, bool):
+        raise InvalidArgumentError(f"durable must be True or False, got {durable!r}")
+    if limits is not None and not isinstance(limits, WorkspaceLimits):
+        raise InvalidArgumentError(f"limits must be WorkspaceLimits, got {limits!r}")
+    return VirtualWorkspace(durable, limits if limits is not None else WorkspaceLimits())
+
+
+_DEFAULT = virtual()
+ToolContext.extend("fs", _DEFAULT.files)
+
+
+async def _load(blobs: Blobs, entry: FileEntry) -> bytes:
+    return await blobs.get(BlobRef(digest=entry.digest, size=entry.size))
+
+
+# -- apps ------------------------------------------------------------------------------------
+
+
+class Workspace:
+    """Read, edit, export and import a session's durable workspace from outside a turn.
+
+    Each change is one append to the session log (after its new contents are stored as
+    blobs). ``expect_version`` makes it a compare-and-set: the change is refused with
+    :class:`~world_core.errors.ConflictError` (``expected``, ``actual``: tree versions) when
+    the tree is no longer at that version, for instance because a tool committed a change
+    since the app read it.
+
+    Args:
+        world: the World the sessions live in.
+        limits: the limits changes are checked against (the tools' defaults unless given).
+    """
+
+    def __init__(self, world: World, *, limits: WorkspaceLimits | None = None) -> None:
+        if limits is not None and not isinstance(limits, WorkspaceLimits):
+            raise InvalidArgumentError(f"limits must be WorkspaceLimits, got {limits!r}")
+        self._world = world
+        self._blobs = Blobs(world.stream)
+        self.limits = limits if limits is not None else WorkspaceLimits()
+
+    async def tree(self, session_id: str) -> FileTree:
+        """The session's tree as committed now (version 0 and empty if never written)."""
+        return FileTree.from_json(await read_state(self._world, session_id, TREE_STATE))
+
+    async def _draft(self, session_id: str) -> _Draft:
+        blobs = self._blobs
+        return _Draft(await self.tree(session_id), self.limits, lambda e: _load(blobs, e))
+
+    async def read(self, session_id: str, path: str) -> bytes:
+        """A file's bytes."""
+        draft = await self._draft(session_id)
+        return await draft.read(normalize_path(path))
+
+    async def read_text(self, session_id: str, path: str, encoding: str = "utf-8") -> str:
+        """A file's text."""
+        data = await self.read(session_id, path)
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise InvalidArgumentError(f"{path!r} is not {encoding} text ({exc})") from None
+
+    async def list(self, session_id: str, path: str = "") -> list[str]:
+        """The names in a directory, sorted."""
+        return (await self._draft(session_id)).children(normalize_path(path))
+
+    async def stat(self, session_id: str, path: str) -> FileStat:
+        """Kind, size, mode and digest of the entry at ``path``."""
+        return (await self._draft(session_id)).stat(normalize_path(path))
+
+    async def glob(self, session_id: str, pattern: str) -> builtins.list[str]:
+        """Paths matching ``pattern`` (see :meth:`Files.glob`)."""
+        return (await self._draft(session_id)).glob(normalize_path(pattern, what="pattern"))
+
+    async def snapshot(self, session_id: str) -> Snapshot:
+        """The whole tree with its bytes."""
+        return await (await self._draft(session_id)).snapshot()
+
+    async def digest(self, session_id: str) -> str:
+        """:meth:`FileTree.digest` of the committed tree."""
+        return (await self.tree(session_id)).digest()
+
+    @asynccontextmanager
+    async def edit(
+        self, session_id: str, *, expect_version: int | None = None
+    ) -> AsyncIterator[Files]:
+        """Edit the tree as one change set: ``async with workspace.edit(s) as files:`` gives
+        a :class:`Files` over the latest tree; the changes are committed when the block
+        ends without an error (nothing is written when it raises or changes nothing).
+
+        Raises:
+            ConflictError: the tree is not at ``expect_version`` (on entry or at commit).
+        """
+        draft = await self._draft(session_id)
+        self._check_version(draft.base, expect_version)
+        yield Files(draft, durable=True)
+        await self._commit(session_id, draft)
+
+    @staticmethod
+    def _check_version(tree: FileTree, expect_version: int | None) -> None:
+        if expect_version is None or tree.version == expect_version:
+            return
+        raise ConflictError(
+            f"the workspace is at version {tree.version}, not {expect_version}: it changed "
+            "since you read it; read it again and redo your change",
+            expected=expect_version,
+            actual=tree.version,
+        )
+
+    async def _commit(self, session_id: str, draft: _Draft) -> None:
+        if not draft.changed:
+            return
+        await draft.store_new(self._blobs)
+        current = await self.tree(session_id)
+        self._check_version(current, draft.base.version)
+        await write_state(self._world, session_id, TREE_STATE, draft.result().to_json())
+
+    async def write(
+        self,
+        session_id: str,
+        path: str,
+        data: bytes | str,
+        *,
+        mode: int | None = None,
+        expect_version: int | None = None,
+    ) -> FileTree:
+        """Create or replace one file; returns the new tree."""
+        async with self.edit(session_id, expect_version=expect_version) as files:
+            await files.write(path, data, mode=mode)
+        return await self.tree(session_id)
+
+    async def remove(
+        self,
+        session_id: str,
+        path: str,
+        *,
+        recursive: bool = False,
+        expect_version: int | None = None,
+    ) -> FileTree:
+        """Remove a file or directory; returns the new tree."""
+        async with self.edit(session_id, expect_version=expect_version) as files:
+            await files.remove(path, recursive=recursive)
+        return await self.tree(session_id)
+
+    # -- tar and folders ----------------------------------------------------------------------
+
+    async def export_tar(self, session_id: str, target: str | os.PathLike[str] | IO[bytes]) -> int:
+        """Write the tree as an uncompressed POSIX tar (a file path or a binary file object);
+        returns the number of files. Directories come first, then files, sorted, with their
+        modes and a fixed time (0), so the same tree gives the same bytes."""
+        snapshot = await self.snapshot(session_id)
+        data = _tar_bytes(snapshot)
+        if isinstance(target, str | os.PathLike):
+            await anyio.Path(os.fspath(target)).write_bytes(data)
+        else:
+            await anyio.to_thread.run_sync(target.write, data)
+        return len(snapshot.files)
+
+    async def import_tar(
+        self,
+        session_id: str,
+        source: str | os.PathLike[str] | IO[bytes] | bytes,
+        *,
+        expect_version: int | None = None,
+    ) -> FileTree:
+        """Replace the tree with a tar's content (plain or gzip/bz2/xz compressed), as one
+        change set; returns the new tree.
+
+        Raises:
+            PathError: a member that is a link, a device, a FIFO, or whose name is absolute,
+                climbs out with ``..`` or breaks another path rule; nothing is written.
+            WorkspaceLimitError: the content passes a limit; nothing is written.
+        """
+        if isinstance(source, bytes):
+            raw = source
+        elif isinstance(source, str | os.PathLike):
+            raw = await anyio.Path(os.fspath(source)).read_bytes()
+        else:
+            raw = await anyio.to_thread.run_sync(source.read)
+        snapshot = await anyio.to_thread.run_sync(_read_tar, raw, self.limits)
+        async with self.edit(session_id, expect_version=expect_version) as files:
+            await files.apply(snapshot)
+        return await self.tree(session_id)
+
+    async def export_dir(self, session_id: str, folder: str | os.PathLike[str]) -> int:
+        """Write the tree into ``folder`` (created if missing; it must be empty), with each
+        file's mode; returns the number of files."""
+        snapshot = await self.snapshot(session_id)
+        await anyio.to_thread.run_sync(_write_dir, snapshot, Path(folder))
+        return len(snapshot.files)
+
+    async def import_dir(
+        self,
+        session_id: str,
+        folder: str | os.PathLike[str],
+        *,
+        expect_version: int | None = None,
+    ) -> FileTree:
+        """Replace the tree with a folder's files and directories (modes kept), as one change
+        set; returns the new tree.
+
+        Raises:
+            PathError: the folder holds a symlink, a device, a FIFO or a socket, or a name
+                the workspace refuses; nothing is written.
+            WorkspaceLimitError: the content passes a limit; nothing is written.
+        """
+        snapshot = await anyio.to_thread.run_sync(_read_dir, Path(folder), self.limits)
+        async with self.edit(session_id, expect_version=expect_version) as files:
+            await files.apply(snapshot)
+        return await self.tree(session_id)
+
+
+def _tar_bytes(snapshot: Snapshot) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in sorted(snapshot.dirs):
+            info = tarfile.TarInfo(path)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, DEFAULT_DIR_MODE, 0
+            archive.addfile(info)
+        for path, data in sorted(snapshot.files.items()):
+            info = tarfile.TarInfo(path)
+            info.size, info.mtime = len(data), 0
+            info.mode = snapshot.modes.get(path, DEFAULT_FILE_MODE)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _read_tar(raw: bytes, limits: WorkspaceLimits) -> Snapshot:
+    files: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
+    dirs: set[str] = set()
+    total = 0
+    try:
+        archive = tarfile.open(fileobj=io.BytesIO(raw), mode="r:*")  # noqa: SIM115 - with below
+    except tarfile.TarError as exc:
+        raise InvalidArgumentError(f"not a tar archive: {exc}") from None
+    with archive:
+        for member in archive:
+            name = member.name
+            if not (member.isfile() or member.isdir()):
+                kind = "link" if member.issym() or member.islnk() else "device, FIFO or special"
+                raise PathError(
+                    f"tar member {name!r} is a {kind}; a workspace holds only files and "
+                    "directories (nothing was imported)",
+                    path=name,
+                )
+            path = normalize_path(name.removesuffix("/") or ".", what="tar member")
+            if member.isdir():
+                if path:
+                    dirs.add(path)
+                continue
+            if member.size > limits.max_file_bytes:
+                raise limits.refuse("max_file_bytes", member.size, f"tar member {name!r}")
+            total += member.size
+            if total > limits.max_total_bytes:
+                raise limits.refuse("max_total_bytes", total, "the tar's files")
+            if len(files) + len(dirs) >= limits.max_entries:
+                raise limits.refuse("max_entries", len(files) + len(dirs) + 1, "the tar")
+            handle = archive.extractfile(member)
+            if handle is None:
+                raise PathError(f"tar member {name!r} has no content", path=name)
+            files[path] = handle.read()
+            mode = member.mode & 0o777
+            if mode != DEFAULT_FILE_MODE:
+                modes[path] = mode
+    return Snapshot(files, frozenset(dirs), modes)
+
+
+def _read_dir(folder: Path, limits: WorkspaceLimits) -> Snapshot:
+    if not folder.is_dir() or folder.is_symlink():
+        raise InvalidArgumentError(f"{str(folder)!r} is not a folder")
+    files: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
+    dirs: set[str] = set()
+    total = 0
+    for current, names, found in os.walk(folder):
+        base = Path(current)
+        for name in sorted(names) + sorted(found):
+            item = base / name
+            relative = item.relative_to(folder).as_posix()
+            if item.is_symlink():
+                raise PathError(
+                    f"{relative!r} is a symlink; a workspace holds only files and directories "
+                    "(nothing was imported)",
+                    path=relative,
+                )
+            path = normalize_path(relative, what="folder entry")
+            if item.is_dir():
+                dirs.add(path)
+                continue
+            if not item.is_file():
+                raise PathError(
+                    f"{relative!r} is not a regular file (a device, FIFO or socket); nothing "
+                    "was imported",
+                    path=relative,
+                )
+            size = item.stat().st_size
+            if size > limits.max_file_bytes:
+                raise limits.refuse("max_file_bytes", size, f"file {relative!r}")
+            total += size
+            if total > limits.max_total_bytes:
+                raise limits.refuse("max_total_bytes", total, "the folder's files")
+            if len(files) + len(dirs) >= limits.max_entries:
+                raise limits.refuse("max_entries", len(files) + len(dirs) + 1, "the folder")
+            files[path] = item.read_bytes()
+            mode = item.stat().st_mode & 0o777
+            if mode != DEFAULT_FILE_MODE:
+                modes[path] = mode
+    return Snapshot(files, frozenset(dirs), modes)
+
+
+def _write_dir(snapshot: Snapshot, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if any(folder.iterdir()):
+        raise InvalidArgumentError(
+            f"{str(folder)!r} is not empty; export into an empty or new folder"
+        )
+    for path in sorted(snapshot.dirs):
+        (folder / path).mkdir(parents=True, exist_ok=True)
+    for path, data in snapshot.files.items():
+        target = folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(snapshot.modes.get(path, DEFAULT_FILE_MODE))

@@ -1,0 +1,534 @@
+"""The virtual filesystem: a tool's file changes commit with its outcome; paths are confined;
+limits hold; apps read, edit, export and import a session's workspace."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from world_core import (
+    Client,
+    CrashPoint,
+    Files,
+    Journal,
+    Replay,
+    SimulatedCrash,
+    Snapshot,
+    ToolContext,
+    Workspace,
+    WorkspaceLimits,
+    World,
+    open_world,
+    session_log_id,
+    tool,
+    virtual,
+)
+from world_core.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    PathError,
+    PathNotFoundError,
+    PossiblyRanError,
+    ToolError,
+    WorkspaceLimitError,
+)
+from world_core.workspace import TREE_STATE, FileTree, normalize_path
+
+pytestmark = pytest.mark.anyio
+LOG = session_log_id("s")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world("local", url=str(tmp_path / "world"), namespace="fs") as opened:
+        yield opened
+
+
+async def _turn(world: World, turn: str = "t") -> Journal:
+    await Client(world).submit("s", "hello", turn_id=turn)
+    return await Journal.open(world, "s", turn)
+
+
+Body = Callable[[ToolContext], Awaitable[Any]]
+
+
+def _fs(context: ToolContext) -> Files:
+    """``context.fs``, typed (``ToolContext`` extensions are attributes mypy cannot see)."""
+    files: Files = context.fs
+    return files
+
+
+def _tool(body: Body, replay: Replay = "safe", name: str = "work", timeout: float = 60.0) -> Any:
+    async def work(label: str, context: ToolContext) -> Any:
+        """Work on files."""
+        return await body(context)
+
+    return tool(work, replay=replay, name=name, timeout=timeout)
+
+
+async def test_a_tools_file_changes_commit_with_its_outcome(world: World) -> None:
+    async def write(context: ToolContext) -> str:
+        await context.fs.write("notes/todo.txt", "buy milk\n")
+        await context.fs.append("notes/todo.txt", b"call bob\n")
+        assert await context.fs.read_text("notes/todo.txt") == "buy milk\ncall bob\n"
+        return "ok"
+
+    async def read(context: ToolContext) -> str:
+        return str(await context.fs.read_text("notes/todo.txt"))
+
+    journal = await _turn(world)
+    assert await journal.call(_tool(write, "never"), {"label": "a"}) == "ok"
+    assert await journal.call(_tool(read, name="read"), {"label": "b"}) == "buy milk\ncall bob\n"
+    await journal.finish("done")
+    keys = [event.key for event in await world.log.read(LOG)]
+    outcome = keys.index("turn/t/step/0/outcome")
+    assert keys[outcome + 1] == f"turn/t/step/0/state/{TREE_STATE}"
+    workspace = Workspace(world)
+    tree = await workspace.tree("s")
+    assert tree.version == 1
+    assert sorted(tree.files) == ["notes/todo.txt"]
+    assert tree.dirs == {"notes"}
+    assert await workspace.read_text("s", "notes/todo.txt") == "buy milk\ncall bob\n"
+    # Replay: nothing runs, nothing is written again.
+    again = await Journal.open(world, "s", "t")
+    assert await again.call(_tool(write, "never"), {"label": "a"}) == "ok"
+    assert again.tool_runs == 0
+    assert len(keys) == len(await world.log.read(LOG))
+
+
+async def test_contents_are_blobs_shared_between_versions(world: World) -> None:
+    big = b"x" * 100_000
+
+    async def first(context: ToolContext) -> None:
+        await _fs(context).write("a.bin", big)
+        await _fs(context).write("same.bin", big)  # the same bytes under another name
+
+    async def second(context: ToolContext) -> None:
+        await _fs(context).write("b.txt", "small")  # a.bin unchanged
+        await _fs(context).copy("a.bin", "c.bin")
+
+    journal = await _turn(world)
+    await journal.call(_tool(first), {"label": "1"})
+    await journal.call(_tool(second, name="second"), {"label": "2"})
+    await journal.finish("done")
+    tree = await Workspace(world).tree("s")
+    digests = {entry.digest for entry in tree.files.values()}
+    assert len(digests) == 2
+    for digest in digests:
+        info = await world.stream.info(f"blob/sha256/{digest}")
+        assert info.closed
+    stream_id = f"blob/sha256/{tree.files['a.bin'].digest}"
+    data = b"".join([chunk.data async for chunk in world.stream.read(stream_id)])
+    assert data == big  # stored once, whole, under its digest
+
+
+@pytest.mark.parametrize("replay", ["safe", "never"])
+async def test_a_failing_timed_out_or_crashed_call_changes_no_file(
+    world: World, replay: Replay
+) -> None:
+    async def seed(context: ToolContext) -> None:
+        await _fs(context).write("keep.txt", "kept")
+
+    async def fail(context: ToolContext) -> None:
+        await _fs(context).write("keep.txt", "changed")
+        await _fs(context).write("new.txt", "new")
+        raise RuntimeError("failed after writing")
+
+    async def hang(context: ToolContext) -> None:
+        await _fs(context).remove("keep.txt")
+        await anyio.sleep_forever()
+
+    async def finish(context: ToolContext) -> None:
+        await _fs(context).write("crash.txt", "written before the crash")
+
+    journal = await _turn(world)
+    await journal.call(_tool(seed, replay, "seed"), {"label": "0"})
+    before = await journal.call(_tool(_digest, replay, "digest"), {"label": "1"})
+    with pytest.raises(ToolError, match="failed after writing"):
+        await journal.call(_tool(fail, replay, "fail"), {"label": "2"})
+    with anyio.fail_after(10), pytest.raises((ToolError, PossiblyRanError)):
+        await journal.call(_tool(hang, replay, "hang", timeout=0.2), {"label": "3"})
+    assert await journal.call(_tool(_digest, replay, "digest"), {"label": "4"}) == before
+    crash = CrashPoint(5, "after_run", in_process=True)
+    steps: list[tuple[Body, str, float]] = [
+        (seed, "seed", 60),
+        (_digest, "digest", 60),
+        (fail, "fail", 60),
+        (hang, "hang", 0.2),
+        (_digest, "digest", 60),
+        (finish, "finish", 60),
+    ]
+
+    async def run(journal: Journal) -> list[str]:
+        failed: list[str] = []
+        for index, (body, name, timeout) in enumerate(steps):
+            try:
+                await journal.call(_tool(body, replay, name, timeout), {"label": str(index)})
+            except ToolError:
+                failed.append(name)
+        return failed
+
+    with pytest.raises(SimulatedCrash):
+        await run(await Journal.open(world, "s", "t", crash=crash))
+    workspace = Workspace(world)
+    assert "crash.txt" not in (await workspace.tree("s")).files
+    # Past the never call's deadline, the takeover answers for it: it may have run.
+    final = await Journal.open(world, "s", "t", clock=lambda: time.time() + 3600)
+    failed = await run(final)
+    assert failed == (["fail", "hang", "finish"] if replay == "never" else ["fail", "hang"])
+    await final.finish("done")
+    tree = await workspace.tree("s")
+    # The interrupted never call's files were never committed; the safe one ran again.
+    expected = ["crash.txt", "keep.txt"] if replay == "safe" else ["keep.txt"]
+    assert sorted(tree.files) == expected
+    assert await workspace.read_text("s", "keep.txt") == "kept"
+
+
+async def _digest(context: ToolContext) -> str:
+    return await _fs(context).digest()
+
+
+async def test_a_safe_call_rerun_after_a_crash_leaves_the_clean_runs_tree(
+    world: World, tmp_path: Path
+) -> None:
+    async def build(context: ToolContext) -> str:
+        await _fs(context).write("src/main.py", "print('hi')\n", mode=0o755)
+        await _fs(context).mkdir("empty/dir")
+        await _fs(context).append("log.txt", "line\n")
+        await _fs(context).rename("src", "app")
+        return await _fs(context).digest()
+
+    clean = await _turn(world, "clean")
+    expected = await clean.call(_tool(build), {"label": "x"})
+    await clean.finish("done")
+    async with open_world("local", url=str(tmp_path / "other"), namespace="fs") as other:
+        await Client(other).submit("s", "hello", turn_id="t")
+        for when in ("before_run", "after_run"):
+            crash = CrashPoint(0, when, in_process=True)
+            dying = await Journal.open(other, "s", "t", crash=crash)
+            with pytest.raises(SimulatedCrash):
+                await dying.call(_tool(build), {"label": "x"})
+            assert await Workspace(other).tree("s") == FileTree()
+        journal = await Journal.open(other, "s", "t")
+        assert await journal.call(_tool(build), {"label": "x"}) == expected
+        await journal.finish("done")
+        assert await Workspace(other).digest("s") == expected
+
+
+async def test_every_operation(world: World) -> None:
+    async def work(context: ToolContext) -> dict[str, Any]:
+        fs = _fs(context)
+        await fs.write("a/b/c.txt", "c")
+        await fs.write("a/d.txt", b"\x00\xff")
+        await fs.mkdir("e")
+        out: dict[str, Any] = {
+            "root": await fs.list(),
+            "a": await fs.list("a"),
+            "stat_file": (await fs.stat("a/d.txt")).size,
+            "stat_dir": (await fs.stat("a/b")).kind,
+            "glob": await fs.glob("**/*.txt"),
+            "glob_top": await fs.glob("a/*"),
+            "exists": [await fs.exists("a/b"), await fs.exists("zz")],
+        }
+        await fs.copy("a", "copy")
+        await fs.rename("a/d.txt", "e/moved.bin")
+        await fs.remove("a/b", recursive=True)
+        out["after"] = await fs.glob("**")
+        snapshot = await fs.snapshot()
+        out["snapshot"] = sorted(snapshot.files)
+        await fs.apply(
+            Snapshot({**snapshot.files, "new.txt": b"new"}, snapshot.dirs - {"e"} | {"f"})
+        )
+        out["applied"] = await fs.glob("**")
+        return out
+
+    journal = await _turn(world)
+    out = await journal.call(_tool(work), {"label": "x"})
+    assert out["root"] == ["a", "e"]
+    assert out["a"] == ["b", "d.txt"]
+    assert out["stat_file"] == 2
+    assert out["stat_dir"] == "dir"
+    assert out["glob"] == ["a/b/c.txt", "a/d.txt"]
+    assert out["glob_top"] == ["a/b", "a/d.txt"]
+    assert out["exists"] == [True, False]
+    assert out["after"] == [
+        "a", "copy", "copy/b", "copy/b/c.txt", "copy/d.txt", "e", "e/moved.bin"
+    ]  # fmt: skip
+    assert out["snapshot"] == ["copy/b/c.txt", "copy/d.txt", "e/moved.bin"]
+    # "e" holds a file, so it stays a directory; "f" is added
+    assert out["applied"] == [
+        "a", "copy", "copy/b", "copy/b/c.txt", "copy/d.txt", "e", "e/moved.bin", "f", "new.txt"
+    ]  # fmt: skip
+
+
+async def test_wrong_kinds_are_refused_and_change_nothing(world: World) -> None:
+    async def work(context: ToolContext) -> list[str]:
+        fs = _fs(context)
+        await fs.write("f.txt", "x")
+        await fs.mkdir("d/inner")
+        refused: list[str] = []
+        attempts: list[Callable[[], Awaitable[Any]]] = [
+            lambda: fs.read("d"),
+            lambda: fs.read("missing"),
+            lambda: fs.write("d", "x"),
+            lambda: fs.write("f.txt/child", "x"),
+            lambda: fs.write("", "x"),
+            lambda: fs.list("f.txt"),
+            lambda: fs.remove("d"),
+            lambda: fs.remove(""),
+            lambda: fs.rename("d", "d/inner/x"),
+            lambda: fs.rename("missing", "x"),
+            lambda: fs.copy("f.txt", "d"),
+            lambda: fs.mkdir("f.txt"),
+            lambda: fs.mkdir("d", exist_ok=False),
+            lambda: fs.write("no/parent.txt", "x", parents=False),
+        ]
+        for attempt in attempts:
+            with pytest.raises((PathError, PathNotFoundError)) as caught:
+                await attempt()
+            refused.append(type(caught.value).__name__)
+        return refused
+
+    journal = await _turn(world)
+    refused = await journal.call(_tool(work), {"label": "x"})
+    assert set(refused) == {"PathNotFoundError", "PathError"}
+    with pytest.raises(FileNotFoundError):  # PathNotFoundError is one
+        await Workspace(world).read("s", "missing")
+
+
+ATTACKS = [
+    "../etc/passwd",
+    "a/../../etc/passwd",
+    "/etc/passwd",
+    "//etc/passwd",
+    "a\\..\\..\\x",
+    "a\x00b",
+    "a\nb",
+    "x" * 256,
+    "/".join(["d"] * 65),
+    ("y" * 200 + "/") * 6,
+    "\ud800",
+]
+
+
+@pytest.mark.parametrize("path", ATTACKS, ids=range(len(ATTACKS)))
+async def test_paths_that_would_escape_are_refused(world: World, path: str) -> None:
+    async def attack(context: ToolContext) -> str:
+        operations: list[Callable[[], Awaitable[Any]]] = [
+            lambda: _fs(context).write(path, "pwned"),
+            lambda: _fs(context).read(path),
+            lambda: _fs(context).mkdir(path),
+            lambda: _fs(context).rename("ok.txt", path),
+            lambda: _fs(context).copy(path, "ok2.txt"),
+        ]
+        for operation in operations:
+            with pytest.raises(PathError):
+                await operation()
+        return "refused"
+
+    async def seed(context: ToolContext) -> None:
+        await _fs(context).write("ok.txt", "ok")
+
+    journal = await _turn(world)
+    await journal.call(_tool(seed, "never", "seed"), {"label": "s"})
+    assert await journal.call(_tool(attack), {"label": "x"}) == "refused"
+    with pytest.raises(PathError):
+        await Workspace(world).write("s", path, "pwned")
+    assert sorted((await Workspace(world).tree("s")).files) == ["ok.txt"]
+
+
+def test_normalisation_inside_the_root() -> None:
+    assert normalize_path("a/./b//c/") == "a/b/c"
+    assert normalize_path("a/b/../c") == "a/c"
+    assert normalize_path("") == normalize_path(".") == normalize_path("./") == ""
+    assert normalize_path("a/..") == ""
+    assert normalize_path("ünï cödé/ok") == "ünï cödé/ok"
+    with pytest.raises(PathError, match="must be a str"):
+        normalize_path(b"a")
+    with pytest.raises(PathError, match="absolute"):
+        normalize_path("/a")
+
+
+async def test_limits_are_enforced_with_errors_that_name_them(world: World) -> None:
+    limits = WorkspaceLimits(max_file_bytes=10, max_total_bytes=25, max_entries=4)
+    small = virtual(limits=limits)
+
+    async def work(context: ToolContext) -> list[str]:
+        fs = small.files(context)
+        await fs.write("a", b"1234567890")
+        hit: list[str] = []
+        attempts: list[Callable[[], Awaitable[Any]]] = [
+            lambda: fs.write("big", b"x" * 11),
+            lambda: fs.append("a", b"x"),
+            lambda: fs.write("d/b", b"1234567890"),  # fits alone, but d + b + c are too many
+            lambda: fs.write("b", b"x" * 10),
+        ]
+        for attempt in attempts:
+            try:
+                await attempt()
+                await fs.write("c", b"1234567890")
+            except WorkspaceLimitError as exc:
+                hit.append(exc.limit if "virtual(limits=WorkspaceLimits(" in str(exc) else "?")
+        return hit
+
+    journal = await _turn(world)
+    hit = await journal.call(_tool(work, "never"), {"label": "x"})
+    assert hit[:2] == ["max_file_bytes", "max_file_bytes"]
+    assert set(hit) >= {"max_file_bytes", "max_total_bytes"}
+    tree = await Workspace(world).tree("s")
+    assert tree.total_bytes <= 25
+    assert len(tree.files) + len(tree.dirs) <= 4
+    with pytest.raises(InvalidArgumentError, match="max_entries"):
+        WorkspaceLimits(max_entries=0)
+    entries = len(tree.files) + len(tree.dirs)
+    tight = Workspace(world, limits=WorkspaceLimits(max_entries=entries))
+    with pytest.raises(WorkspaceLimitError, match="max_entries") as caught:
+        await tight.write("s", "another", "x")
+    assert (caught.value.allowed, caught.value.needed) == (entries, entries + 1)
+
+
+async def test_draft_workspaces_live_in_memory_for_one_turn(world: World) -> None:
+    draft = virtual(durable=False)
+
+    async def write(context: ToolContext) -> None:
+        await draft.files(context).write("scratch.txt", "draft")
+
+    async def read(context: ToolContext) -> list[str]:
+        return await draft.files(context).glob("**")
+
+    async def fail(context: ToolContext) -> None:
+        await draft.files(context).write("failed.txt", "x")
+        raise RuntimeError("no")
+
+    journal = await _turn(world)
+    tail = await world.log.tail(LOG)
+    await journal.call(_tool(write, "never"), {"label": "w"})
+    with pytest.raises(ToolError):
+        await journal.call(_tool(fail, name="fail"), {"label": "f"})
+    assert await journal.call(_tool(read, name="read"), {"label": "r"}) == ["scratch.txt"]
+    events = await world.log.read(LOG, after=tail)
+    assert not any("/state/" in (event.key or "") for event in events)
+    assert await Workspace(world).tree("s") == FileTree()
+    await journal.finish("done")
+    nxt = await _turn(world, "t2")
+    assert await nxt.call(_tool(read, name="read"), {"label": "r"}) == []
+
+
+async def test_apps_edit_with_compare_and_set(world: World) -> None:
+    workspace = Workspace(world)
+    tree = await workspace.write("s", "plan.md", "# plan\n")
+    assert tree.version == 1
+    await workspace.write("s", "plan.md", "# plan v2\n", expect_version=1)
+    with pytest.raises(ConflictError) as caught:
+        await workspace.write("s", "plan.md", "# stale\n", expect_version=1)
+    assert (caught.value.expected, caught.value.actual) == (1, 2)
+    async with workspace.edit("s", expect_version=2) as files:
+        await files.write("a.txt", "a")
+        await files.remove("plan.md")
+    assert sorted((await workspace.tree("s")).files) == ["a.txt"]
+    with pytest.raises(RuntimeError):  # noqa: PT012 - the block's error is the point
+        async with workspace.edit("s") as files:
+            await files.write("b.txt", "b")
+            raise RuntimeError("changed my mind")
+    assert (await workspace.tree("s")).version == 3
+
+    async def read(context: ToolContext) -> str:
+        return await _fs(context).read_text("a.txt")
+
+    journal = await _turn(world)
+    assert await journal.call(_tool(read), {"label": "r"}) == "a"
+
+
+async def test_tar_and_folder_round_trips(world: World, tmp_path: Path) -> None:
+    workspace = Workspace(world)
+    async with workspace.edit("s") as files:
+        await files.write("src/run.sh", "#!/bin/sh\necho hi\n", mode=0o755)
+        await files.write("data/blob.bin", bytes(range(256)))
+        await files.mkdir("empty")
+    digest = await workspace.digest("s")
+    buffer = io.BytesIO()
+    assert await workspace.export_tar("s", buffer) == 2
+    first = buffer.getvalue()
+    again = io.BytesIO()
+    await workspace.export_tar("s", again)
+    assert again.getvalue() == first  # deterministic
+    await workspace.import_tar("other", first)
+    assert await workspace.digest("other") == digest
+    folder = tmp_path / "out"
+    assert await workspace.export_dir("s", folder) == 2
+    assert (folder / "src/run.sh").stat().st_mode & 0o777 == 0o755
+    assert (folder / "empty").is_dir()
+    await workspace.import_dir("third", folder)
+    assert await workspace.digest("third") == digest
+    with pytest.raises(InvalidArgumentError, match="not empty"):
+        await workspace.export_dir("s", folder)
+
+
+def _tar(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for info, data in members:
+            if info.isfile():
+                info.size = len(data)
+            archive.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return buffer.getvalue()
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    return info
+
+
+TAR_ATTACKS = {
+    "dotdot": _tar((_member("../evil.txt"), b"x")),
+    "nested-dotdot": _tar((_member("a/../../evil.txt"), b"x")),
+    "absolute": _tar((_member("/etc/evil"), b"x")),
+    "symlink": _tar((_member("link", tarfile.SYMTYPE, "/etc/passwd"), b"")),
+    "hardlink": _tar((_member("ok.txt"), b"x"), (_member("hard", tarfile.LNKTYPE, "ok.txt"), b"")),
+    "device": _tar((_member("dev", tarfile.CHRTYPE), b"")),
+    "fifo": _tar((_member("fifo", tarfile.FIFOTYPE), b"")),
+    "backslash": _tar((_member("a\\..\\..\\evil"), b"x")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAR_ATTACKS))
+async def test_imports_refuse_escapes_links_and_devices(
+    world: World, tmp_path: Path, name: str
+) -> None:
+    workspace = Workspace(world)
+    await workspace.write("s", "keep.txt", "kept")
+    before = await workspace.tree("s")
+    with pytest.raises(PathError):
+        await workspace.import_tar("s", TAR_ATTACKS[name])
+    assert await workspace.tree("s") == before
+    assert not (tmp_path.parent / "evil.txt").exists()
+
+
+async def test_folder_imports_refuse_symlinks(world: World, tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "ok.txt").write_text("ok")
+    (folder / "link").symlink_to("/etc/passwd")
+    with pytest.raises(PathError, match="symlink"):
+        await Workspace(world).import_dir("s", folder)
+    assert await Workspace(world).tree("s") == FileTree()
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "f").write_bytes(b"x" * 20)
+    small = Workspace(world, limits=WorkspaceLimits(max_file_bytes=10))
+    with pytest.raises(WorkspaceLimitError, match="max_file_bytes"):
+        await small.import_dir("s", big)
