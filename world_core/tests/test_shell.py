@@ -1,0 +1,247 @@
+"""The shell engine: confinement (no host files, processes or network) and limits."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from world_core.errors import ConfigurationError, InvalidArgumentError, ShellLimitError
+from world_core.workspace import (
+    LIMIT_EXIT_CODE,
+    ShellLimits,
+    ShellResult,
+    Tree,
+    default_shell,
+)
+
+pytestmark = pytest.mark.anyio
+
+HOST_PASSWD = Path("/etc/passwd").read_text()
+HOST_ROOT = [entry.name for entry in Path("/").iterdir()]
+START = Tree(files={"notes/a.txt": b"alpha\n", "run.sh": b"echo hi\n"}, modes={"run.sh": 0o755})
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def run(script: str, tree: Tree = START, **limits: float) -> ShellResult:
+    return await default_shell().run(script, tree, ShellLimits(**limits))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP server on 127.0.0.1 that records every connection it gets."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    got: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            got.append(b"connection")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], got
+    stop.set()
+    thread.join(timeout=5)
+    server.close()
+
+
+async def test_a_script_edits_the_tree_it_is_given() -> None:
+    result = await run(
+        "cat notes/a.txt; echo beta >> notes/a.txt; mkdir -p out/empty; mv run.sh out/; rm -r notes"
+    )
+    assert result.stdout == "alpha\n"
+    assert result.exit_code == 0
+    assert result.limit is None
+    assert dict(result.tree.files) == {"out/run.sh": b"echo hi\n"}
+    assert result.tree.dirs == {"out", "out/empty"}
+    assert dict(result.tree.modes) == {"out/run.sh": 0o755}
+    assert dict(START.files) == {"notes/a.txt": b"alpha\n", "run.sh": b"echo hi\n"}
+
+
+async def test_the_same_script_on_the_same_tree_leaves_the_same_files() -> None:
+    script = "for i in 1 2 3; do echo $i >> n.txt; done; sort -r n.txt > r.txt; cp -r notes b"
+    first, second = await run(script), await run(script)
+    assert first.tree == second.tree
+    assert first.stdout == second.stdout
+
+
+async def test_host_files_are_out_of_reach(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host-secret-42\n")
+    host_lines = {  # (the engine's own /etc/passwd has the usual nobody line)
+        line for line in HOST_PASSWD.splitlines() if line
+    } - {"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"}
+    assert any(line.startswith("root:") for line in host_lines)
+    result = await run(
+        f"cat /etc/passwd; cat {secret}; ls {tmp_path}; cat /proc/self/environ; cd /; ls; "
+        f"cd ../../..; ls; cat ../../{str(secret).lstrip('/')}"
+    )
+    assert "host-secret-42" not in result.stdout + result.stderr
+    assert not host_lines & set(result.stdout.splitlines())
+    host_root = set(HOST_ROOT) - {
+        "bin", "dev", "etc", "home", "proc", "root", "tmp", "usr", "workspace", "lib", "sbin",
+    }  # fmt: skip
+    assert not host_root & set(result.stdout.split())
+
+
+async def test_no_write_reaches_the_host(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    result = await run(
+        f"echo x > {marker}; echo x > ../../{str(marker).lstrip('/')}; "
+        f"cd ../../../..; echo x > {str(marker).lstrip('/')}; mkdir -p {tmp_path}/d; "
+        f"/bin/sh -c 'touch {marker}'; bash -c 'touch {marker}'; sh -c 'touch {marker}'; "
+        f"exec touch {marker}"
+    )
+    assert not marker.exists()
+    assert not (tmp_path / "d").exists()
+    assert dict(result.tree.files) == dict(START.files)  # writes outside /workspace are gone
+
+
+async def test_no_process_is_started(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    for script in (
+        f'python3 -c \'open("{marker}", "w")\'',
+        f'/usr/bin/python3 -c \'open("{marker}", "w")\'',
+        f'{sys.executable} -c \'open("{marker}", "w")\'',
+        f"env touch {marker}",
+        f"nohup touch {marker} &",
+        f"xargs touch <<< {marker}",
+        f"find / -maxdepth 0 -exec touch {marker} \\;",
+    ):
+        await run(script)
+        assert not marker.exists(), script
+
+
+async def test_no_network(listener: tuple[int, list[bytes]]) -> None:
+    port, got = listener
+    result = await run(
+        f"curl -s http://127.0.0.1:{port}/; wget -q -O- http://127.0.0.1:{port}/; "
+        f"exec 3<>/dev/tcp/127.0.0.1/{port}; nc 127.0.0.1 {port}; echo done"
+    )
+    await anyio.sleep(0.5)
+    assert got == []
+    assert "done" in result.stdout
+
+
+async def test_a_script_past_its_time_is_stopped_and_changes_nothing() -> None:
+    started = time.monotonic()
+    result = await run(
+        "echo partial > new.txt; rm run.sh; sleep 30", timeout=0.5, max_loop_iterations=10**9
+    )
+    assert time.monotonic() - started < 5
+    assert result.limit == "time"
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert "ShellLimits.timeout" in result.stderr
+    assert result.tree == START
+    with pytest.raises(ShellLimitError, match=r"ShellLimits\.timeout") as caught:
+        result.raise_for_limit()
+    assert caught.value.limit == "time"
+
+
+async def test_a_busy_loop_is_stopped() -> None:
+    started = time.monotonic()
+    result = await run("while true; do echo x > f; done", timeout=1.0)
+    assert time.monotonic() - started < 5
+    assert result.limit in ("time", "loop", "commands")
+    assert result.tree == START
+
+
+async def test_loop_iterations_are_limited() -> None:
+    result = await run("for i in $(seq 1 50); do echo $i >> n.txt; done", max_loop_iterations=10)
+    assert result.limit == "loop"
+    assert "ShellLimits.max_loop_iterations" in result.stderr
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert result.tree == START
+    assert (await run("for i in $(seq 1 5); do :; done", max_loop_iterations=10)).limit is None
+
+
+async def test_commands_are_limited() -> None:
+    result = await run("echo 1; echo 2; echo 3; echo 4; echo 5; touch t", max_commands=3)
+    assert result.limit == "commands"
+    assert "ShellLimits.max_commands" in result.stderr
+    assert result.tree == START
+
+
+async def test_output_is_limited() -> None:
+    result = await run("seq 1 100000; touch t", max_output_bytes=1000)
+    assert result.limit == "output"
+    assert len(result.stdout.encode()) <= 1000
+    assert "ShellLimits.max_output_bytes" in result.stderr
+    assert result.tree == START
+    endless = await run("while true; do echo aaaaaaaaaaaaaaaaaaaa; done", max_output_bytes=1000)
+    assert endless.limit == "output"
+    assert (await run("seq 1 100", max_output_bytes=1000)).limit is None
+
+
+async def test_memory_is_limited() -> None:
+    result = await run("head -c 5000 /dev/zero > big; echo made", max_memory_bytes=4096)
+    assert result.limit == "memory"
+    assert "ShellLimits.max_memory_bytes" in result.stderr
+    assert result.tree == START
+    too_big = Tree(files={"big": b"x" * 5000})
+    refused = await run("echo never", too_big, max_memory_bytes=4096)
+    assert refused.limit == "memory"
+    assert refused.stdout == ""
+    assert (await run("head -c 100 /dev/zero > ok", max_memory_bytes=4096)).limit is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("timeout", 0),
+        ("timeout", float("inf")),
+        ("timeout", True),
+        ("max_output_bytes", 0),
+        ("max_loop_iterations", -1),
+        ("max_commands", 1.5),
+        ("max_memory_bytes", "1"),
+    ],
+)
+def test_bad_limits_are_refused(setting: str, value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"ShellLimits.{setting}"):
+        ShellLimits(**{setting: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "files",
+    [{"/abs": b""}, {"../up": b""}, {"a/../b": b""}, {"a//b": b""}, {"n\x00ul": b""}, {"t": "s"}],
+)
+def test_bad_trees_are_refused(files: dict[str, object]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        Tree(files=files)  # type: ignore[arg-type]
+
+
+def test_a_path_cannot_be_a_file_and_a_directory() -> None:
+    with pytest.raises(InvalidArgumentError, match="both a file and a directory"):
+        Tree(files={"a": b"", "a/b": b""})
+
+
+async def test_bad_scripts_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="NUL"):
+        await run("echo \x00")
+    with pytest.raises(InvalidArgumentError, match="str"):
+        await default_shell().run(b"echo", START)  # type: ignore[arg-type]
+
+
+def test_without_bashkit_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "bashkit", None)
+    monkeypatch.delitem(sys.modules, "world_core.workspace._shell_bashkit")
+    with pytest.raises(ConfigurationError, match=r"pip install 'world-core\[shell\]'"):
+        default_shell()
