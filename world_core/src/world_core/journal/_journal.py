@@ -895,7 +895,7 @@ class Journal:
         self, tool: Tool, raw: dict[str, Any], args: dict[str, Any]
     ) -> dict[str, Any]:
         if tool.approval == "required":
-            refused = await self._approval(tool, raw)
+            refused = await self._approval(tool.name, raw, tool.approval_timeout)
             if refused is not None:
                 return refused
 
@@ -907,25 +907,76 @@ class Journal:
             "tool", tool.name, digest_of(raw), raw, tool.replay, None, tool_run=(tool, run)
         )
 
-    async def _approval(self, tool: Tool, raw: dict[str, Any]) -> dict[str, Any] | None:
-        """Wait for the decision on a call of ``tool`` (a step of its own, before the call's);
-        None when approved, else the result the call gets instead of running."""
+    async def approval(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        timeout: float,  # noqa: ASYNC109
+    ) -> str | None:
+        """Wait for a person's decision on a call of tool ``name`` with ``arguments``, as a step
+        of its own: the general hook for adapters whose framework decides itself which calls
+        need approval (the OpenAI Agents SDK's ``needs_approval``). Take the call's own step
+        (:meth:`step`, kind ``tool``, the same ``name`` and ``arguments`` as its ``input``)
+        right after an approval, as :meth:`call` does for an ``approval="required"`` tool: a
+        model's retry of an approved call that was interrupted or failed is then covered by
+        the decision already given.
+
+        The turn suspends (:class:`TurnSuspended`) until :meth:`Client.approve
+        <world_core.Client.approve>` / ``reject`` (``world approve``) decides or ``timeout``
+        seconds pass; it is listed by :meth:`Client.pending_approvals
+        <world_core.Client.pending_approvals>` meanwhile. A replay returns the recorded
+        decision.
+
+        Returns:
+            None when approved; else why the call must not run (who rejected it and why, or
+            that nobody decided in time), for the model.
+
+        Raises:
+            InvalidArgumentError: a bad ``name`` or ``timeout``, or ``arguments`` that are not
+                a JSON object (nothing is recorded).
+        """
+        if not isinstance(name, str) or not name or len(name) > _PREVIEW_CHARS:
+            raise InvalidArgumentError(
+                f"name must be a non-empty str of at most {_PREVIEW_CHARS} characters, "
+                f"got {name!r:.80}"
+            )
+        seconds = check_seconds(timeout, "timeout")
+        try:
+            raw = to_jsonable_python(arguments)
+            canonical_json(raw)
+        except Exception as exc:
+            raise InvalidArgumentError(
+                f"approval of {name!r}: arguments are not JSON: {exc}"
+            ) from None
+        if not isinstance(raw, dict):
+            raise InvalidArgumentError(
+                f"approval of {name!r}: arguments must be a JSON object, "
+                f"got {type(arguments).__name__}"
+            )
+        refused = await self._approval(name, raw, seconds)
+        return None if refused is None else str(refused["error"])
+
+    async def _approval(
+        self, name: str, raw: dict[str, Any], seconds: float
+    ) -> dict[str, Any] | None:
+        """Wait for the decision on a call of tool ``name`` (a step of its own, before the
+        call's); None when approved, else the result the call gets instead of running."""
         signal, _ = approval_signal(self.turn_id, self._next)
         encoded = canonical_json(raw)
         arguments = raw if len(encoded) <= _APPROVAL_ARGUMENTS_BYTES else _preview(raw)
-        timeout = tool.approval_timeout
-        spec = {"tool": tool.name, "arguments": arguments, "timeout": timeout}
-        earlier = self._approved_before(tool.name, digest_of(raw))
+        spec = {"tool": name, "arguments": arguments, "timeout": seconds}
+        earlier = self._approved_before(name, digest_of(raw))
         if earlier is not None:
             # The model retries a call that was approved and then interrupted or failed (it
             # may not have happened): the decision covers the retry, as its key does.
-            await self._settle_step("approval", tool.name, spec, {"approved_before": earlier})
+            await self._settle_step("approval", name, spec, {"approved_before": earlier})
             return None
         result = await self._wait(
             "approval",
-            tool.name,
+            name,
             spec,
-            lambda: self._clock() + timeout,
+            lambda: self._clock() + seconds,
             signal=signal,
             signal_turn=self.turn_id,
         )
@@ -934,7 +985,7 @@ class Journal:
         found = result.get("signal")
         if not isinstance(found, dict):
             return {
-                "error": f"nobody approved this call of {tool.name} within {timeout:g} s, so it "
+                "error": f"nobody approved this call of {name} within {seconds:g} s, so it "
                 "did not run"
             }
         payload = found.get("payload")
@@ -944,7 +995,7 @@ class Journal:
         reason = decision.get("reason")
         because = f": {reason}" if reason else ""
         return {
-            "error": f"{found.get('sender')} rejected this call of {tool.name}, so it did not "
+            "error": f"{found.get('sender')} rejected this call of {name}, so it did not "
             f"run{because}"
         }
 
