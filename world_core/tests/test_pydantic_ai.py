@@ -1,0 +1,528 @@
+"""The pydantic-ai engine (``world_core.integrations.pydantic_ai``) on the journal.
+
+A pydantic-ai agent driven by its ``FunctionModel`` (a scripted model: no API key) with three
+tools: ``lookup`` (safe), ``send`` (never: one line appended to a real file per call, the
+sink) and ``check`` (safe: reads the sink). The crash matrix kills its turn before and after
+every step (in process, :class:`~world_core.SimulatedCrash`: the journal writes nothing more,
+as if the process died) and continues it with a fresh journal: no finished model request is
+sent again, the sink holds exactly one line, the reply is the clean run's. Every crash point
+runs on local, PostgreSQL, Redis and Turso; on Mongo (its CI server, mongoeco, is slow) the
+points after the model request before the send and around the send itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent, FunctionToolset, RunContext, Tool
+from pydantic_ai.capabilities import RequestInput
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.instrumented import InstrumentationSettings
+from pydantic_ai.tools import DeferredToolRequests
+from pydantic_ai.toolsets._dynamic import DynamicToolset
+
+from world_core import (
+    POSSIBLY_RAN,
+    Client,
+    CrashPoint,
+    Journal,
+    SimulatedCrash,
+    TurnSuspended,
+    World,
+    digest_of,
+    open_world,
+    session_log_id,
+)
+from world_core.errors import InvalidArgumentError
+from world_core.integrations.pydantic_ai import (
+    WorldAgent,
+    WorldDurability,
+    event_token,
+    fail_event,
+    resolve_event,
+    tool_context,
+)
+
+pytestmark = pytest.mark.anyio
+
+TURN = "t"
+MESSAGE = "Send the note to ops."
+REPLY = "Sent the note to ops once."
+SEND_TIMEOUT = 2.0
+STEPS = [
+    ("model", "mailer__model.request"),
+    ("tool", "mailer__function_toolset__<agent>.call_tool:lookup"),
+    ("model", "mailer__model.request"),
+    ("tool", "mailer__function_toolset__<agent>.call_tool:send"),
+    ("model", "mailer__model.request"),
+]
+ALL_POINTS = [f"{n}:{when}" for n in range(len(STEPS)) for when in ("before_run", "after_run")]
+SOME_POINTS = ["2:after_run", "3:before_run", "3:after_run"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def later() -> float:
+    """A clock an hour ahead: every deadline an intent recorded has passed on it."""
+    return time.time() + 3600
+
+
+class Sink:
+    """Where ``send`` lands: one line per call, appended to a real file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def lines(self, session: str) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        rows = [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        return [row for row in rows if row["session"] == session]
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != "timestamp"}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+class Scripted:
+    """The scripted model: looks up, sends, and after "may or may not have happened" checks
+    the sink before sending again. Records the digest of every request it gets."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        dumped = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+        self.requests.append(digest_of(_strip(dumped)))
+        results: list[tuple[str, str]] = []
+        for message in messages:
+            for part in getattr(message, "parts", []):
+                if isinstance(part, UserPromptPart):
+                    results = []
+                elif isinstance(part, ToolReturnPart | RetryPromptPart) and part.tool_name:
+                    results.append((part.tool_name, str(part.content)))
+        n = len(self.requests)
+        if not results:
+            return ModelResponse(parts=[ToolCallPart("lookup", {"topic": "note"}, f"c{n}")])
+        name, content = results[-1]
+        send = ModelResponse(parts=[ToolCallPart("send", {"to": "ops"}, f"c{n}")])
+        if name == "lookup" or (name == "check" and content == "no"):
+            return send
+        if name == "send" and POSSIBLY_RAN in content:
+            return ModelResponse(parts=[ToolCallPart("check", {"to": "ops"}, f"c{n}")])
+        return ModelResponse(parts=[TextPart(REPLY)])
+
+
+def make_agent(sink: Sink, model: Scripted | None = None) -> Agent[None, str]:
+    def lookup(topic: str) -> str:
+        """Look a note up."""
+        return f"the {topic} says: ship it"
+
+    def send(to: str) -> str:
+        """Send the note (an effect that must happen once)."""
+        context = tool_context()
+        assert context is not None
+        row = {"session": context.session_id, "key": context.idempotency_key, "to": to}
+        with sink.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+        return f"sent to {to}"
+
+    def check(to: str) -> str:
+        """Has the note reached this recipient?"""
+        context = tool_context()
+        assert context is not None
+        return "yes" if sink.lines(context.session_id) else "no"
+
+    return Agent(
+        FunctionModel(model if model is not None else Scripted(), model_name="scripted"),
+        name="mailer",
+        tools=[
+            Tool(lookup, metadata={"world": {"replay": "safe"}}),
+            Tool(send, metadata={"world": {"replay": "never", "timeout": SEND_TIMEOUT}}),
+            Tool(check, metadata={"world": {"replay": "safe"}}),
+        ],
+        capabilities=[WorldDurability()],
+    )
+
+
+async def outcomes(world: World, session: str) -> list[dict[str, Any]]:
+    found = []
+    for event in await world.log.read(session_log_id(session)):
+        body = json.loads(event.data)
+        if body.get("t") == "outcome":
+            found.append(body)
+    return found
+
+
+async def run_turn(world: World, session: str, agent: Agent[None, str], **options: Any) -> str:
+    journal = await Journal.open(world, session, TURN, **options)
+    with anyio.fail_after(30):
+        return await WorldAgent(agent).run_turn(journal)
+
+
+class _CrashMatrix:
+    world_name: ClassVar[str] = ""
+    points: ClassVar[list[str]] = SOME_POINTS
+
+    async def test_pydantic_ai_crash_matrix(self, world: World, tmp_path: Path) -> None:
+        """Killed before and after each step, continued by a fresh journal: zero finished
+        model requests sent again, exactly one effect at the sink, the clean run's reply."""
+        sink = Sink(tmp_path / "sink.jsonl")
+        client = Client(world)
+        await client.submit("clean", MESSAGE, turn_id=TURN)
+        assert await run_turn(world, "clean", make_agent(sink)) == REPLY
+        assert [(o["kind"], o["name"]) for o in await outcomes(world, "clean")] == STEPS
+        assert len(sink.lines("clean")) == 1
+        rows: dict[str, tuple[int, int, bool]] = {}
+        for index, point in enumerate(self.points):
+            session = f"crash-{index}"
+            await client.submit(session, MESSAGE, turn_id=TURN)
+            step, when = point.split(":")
+            crash = CrashPoint(int(step), when, in_process=True)  # type: ignore[arg-type]
+            first = Scripted()
+            with pytest.raises(SimulatedCrash):
+                await run_turn(world, session, make_agent(sink, first), crash=crash)
+            finished = sum(1 for o in await outcomes(world, session) if o["kind"] == "model")
+            paid = set(first.requests[:finished])
+            # Teeth: the model steps before the crash point (0, 2, 4) were journaled.
+            assert finished == len([m for m in (0, 2, 4) if m < int(step)]), point
+            second = Scripted()
+            reply = await run_turn(world, session, make_agent(sink, second), clock=later)
+            repeated = sum(1 for digest in second.requests if digest in paid)
+            rows[point] = (repeated, len(sink.lines(session)), reply == REPLY)
+        assert rows == dict.fromkeys(self.points, (0, 1, True)), (
+            "crash point: (repeated model calls, effects at the sink, same reply)"
+        )
+
+
+class TestLocal(_CrashMatrix):
+    world_name = "local"
+    points = ALL_POINTS
+
+
+class TestPostgres(_CrashMatrix):
+    world_name = "postgres"
+    points = ALL_POINTS
+
+
+class TestRedis(_CrashMatrix):
+    world_name = "redis"
+    points = ALL_POINTS
+
+
+class TestMongo(_CrashMatrix):
+    world_name = "mongo"
+
+
+class TestTurso(_CrashMatrix):
+    world_name = "turso"
+    points = ALL_POINTS
+
+
+# -- on local: labels, replay reporting, human input, toolset kinds, names --------------------
+
+
+@pytest.fixture
+async def local(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world("local", url=str(tmp_path / "world"), namespace="pai") as opened:
+        yield opened
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> Sink:
+    return Sink(tmp_path / "sink.jsonl")
+
+
+def test_a_tool_without_a_replay_label_is_refused_by_name() -> None:
+    def notify(text: str) -> str:
+        """Notify."""
+        return text
+
+    with pytest.raises(InvalidArgumentError, match="tool 'notify' has no replay label"):
+        Agent(FunctionModel(Scripted()), name="a", tools=[notify], capabilities=[WorldDurability()])
+    for config, match in [
+        ({"replay": "sometimes"}, "tool 'notify': replay must be 'safe'.*'sometimes'"),
+        ({"replay": "never", "timeout": -1}, "tool 'notify': timeout must be"),
+        ({"replay": "never", "retries": 3}, r"unknown 'world' config keys \['retries'\]"),
+        ("never", "its 'world' config must be a dict"),
+        (False, "tool 'notify' has no replay label"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=match):
+            Agent(
+                FunctionModel(Scripted()),
+                name="a",
+                tools=[Tool(notify, metadata={"world": config})],
+                capabilities=[WorldDurability()],
+            )
+    with pytest.raises(InvalidArgumentError, match="tool 'notify': replay must be"):
+        WorldDurability(tools={"notify": {"replay": "twice"}})
+    # A label by name (for tools whose metadata the agent does not own) is enough.
+    Agent(
+        FunctionModel(Scripted()),
+        name="a",
+        tools=[notify],
+        capabilities=[WorldDurability(tools={"notify": {"replay": "safe"}})],
+    )
+
+
+async def test_a_tool_added_after_the_agent_is_refused_at_its_call(local: World) -> None:
+    def call_it(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[ToolCallPart("unlabelled", {"text": "x"}, "c1")])
+
+    agent = Agent(FunctionModel(call_it), name="late", capabilities=[WorldDurability()])
+    runs: list[str] = []
+
+    @agent.tool_plain
+    def unlabelled(text: str) -> str:
+        """Added after construction, without a label."""
+        runs.append(text)
+        return text
+
+    await Client(local).submit("s", MESSAGE, turn_id=TURN)
+    with pytest.raises(InvalidArgumentError, match="tool 'unlabelled' has no replay label"):
+        await run_turn(local, "s", agent)
+    assert runs == []
+
+
+def test_world_agent_needs_the_capability() -> None:
+    plain = Agent(FunctionModel(Scripted()), name="plain")
+    with pytest.raises(InvalidArgumentError, match="has no WorldDurability capability"):
+        WorldAgent(plain)
+    with pytest.raises(InvalidArgumentError, match="history_turns"):
+        WorldAgent(make_agent(Sink(Path("unused"))), history_turns=-1)
+
+
+async def test_outside_a_turn_the_agent_is_a_plain_agent(sink: Sink) -> None:
+    agent = make_agent(sink)
+    with pytest.raises(AssertionError):  # send asks for the step's context: there is none
+        await agent.run(MESSAGE)
+
+
+async def test_earlier_turns_are_the_run_s_message_history(local: World, sink: Sink) -> None:
+    seen: list[list[str]] = []
+
+    def echo(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        prompts = [
+            str(part.content)
+            for message in messages
+            for part in getattr(message, "parts", [])
+            if isinstance(part, UserPromptPart | TextPart)
+        ]
+        seen.append(prompts)
+        return ModelResponse(parts=[TextPart(f"reply {len(seen)}")])
+
+    agent = Agent(FunctionModel(echo), name="echo", capabilities=[WorldDurability()])
+    client = Client(local)
+    await client.submit("s", "first", turn_id="t1")
+    await client.submit("s", "second", turn_id="t2")
+    for turn in ("t1", "t2"):
+        journal = await Journal.open(local, "s", turn)
+        await WorldAgent(agent).run_turn(journal)
+    assert seen == [["first"], ["first", "reply 1", "second"]]
+
+
+async def test_replayed_steps_export_no_second_span(local: World, sink: Sink) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    settings = InstrumentationSettings(tracer_provider=provider)
+    agent = make_agent(sink)
+    agent.instrument = settings
+    await Client(local).submit("s", MESSAGE, turn_id=TURN)
+    crash = CrashPoint(3, "before_run", in_process=True)
+    with pytest.raises(SimulatedCrash):
+        await run_turn(local, "s", agent, crash=crash)
+    first = [span.name for span in exporter.get_finished_spans()]
+    exporter.clear()
+    assert await run_turn(local, "s", agent, clock=later) == REPLY
+    second = [span.name for span in exporter.get_finished_spans()]
+    chats = [name for name in first if name.startswith("chat")]
+    assert len(chats) == 2  # the two model requests before the crash
+    # The continuation replays those two (no span) and sends two new ones (check, reply).
+    assert len([name for name in second if name.startswith("chat")]) == 2 + 1
+    tools = [name for name in second if "tool" in name]
+    assert any("send" in name for name in tools)
+    assert not any("lookup" in name for name in tools), "a replayed tool call exported a span"
+    exporter.clear()
+    assert await run_turn(local, "s", agent) == REPLY  # all replayed: nothing exported
+    assert [s.name for s in exporter.get_finished_spans() if s.name.startswith("chat")] == []
+
+
+# -- waiting for a person: requires_approval on signals raced against a timer ----------------
+
+
+def approval_agent(sink: Sink, asked: list[tuple[str, list[str]]], **wait: Any) -> Agent[None, str]:
+    def send(to: str) -> str:
+        """Send (needs approval)."""
+        context = tool_context()
+        assert context is not None
+        with sink.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"session": context.session_id, "to": to}) + "\n")
+        return f"sent to {to}"
+
+    def policy(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            part
+            for message in messages
+            for part in getattr(message, "parts", [])
+            if isinstance(part, ToolReturnPart | RetryPromptPart)
+        ]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("send", {"to": "ops"}, "call-1")])
+        return ModelResponse(parts=[TextPart(f"send said: {returns[-1].content}")])
+
+    def ask(ctx: RunContext[None], requests: DeferredToolRequests, token: str) -> None:
+        asked.append((token, [call.tool_call_id for call in requests.approvals]))
+
+    return Agent(
+        FunctionModel(policy, model_name="scripted"),
+        name="approver",
+        tools=[
+            Tool(send, requires_approval=True, metadata={"world": {"replay": "never"}}),
+        ],
+        capabilities=[WorldDurability(), RequestInput(ask, **wait)],
+    )
+
+
+async def test_an_approved_call_runs_once_across_a_crash_while_waiting(
+    local: World, sink: Sink
+) -> None:
+    asked: list[tuple[str, list[str]]] = []
+    agent = approval_agent(sink, asked)
+    client = Client(local)
+    await client.submit("s", MESSAGE, turn_id=TURN)
+    with pytest.raises(TurnSuspended) as suspended:
+        await run_turn(local, "s", agent)
+    wait_step = suspended.value.step
+    # A crash while suspended: the next run finds the same wait, asks nobody again.
+    with pytest.raises(TurnSuspended):
+        await run_turn(local, "s", agent)
+    assert len(asked) == 1
+    token, calls = asked[0]
+    assert calls == ["call-1"]
+    assert sink.lines("s") == []
+    decision = {"approvals": {"call-1": True}}
+    await resolve_event(client, token, decision, sender="ada")
+    await resolve_event(client, token, decision, sender="ada")  # a double tap counts once
+    with pytest.raises(InvalidArgumentError):
+        await resolve_event(client, token, {"approvals": {"call-1": False}}, sender="ada")
+    # Killed after the wait found the decision, before recording it: replayed the same way.
+    crash = CrashPoint(wait_step, "after_run", in_process=True)
+    with pytest.raises(SimulatedCrash):
+        await run_turn(local, "s", agent, crash=crash)
+    assert await run_turn(local, "s", agent) == "send said: sent to ops"
+    assert len(sink.lines("s")) == 1
+    assert len(asked) == 1
+    consumed = [o for o in await outcomes(local, "s") if o["kind"] == "signal"]
+    assert [o["result"]["signal"]["sender"] for o in consumed] == ["ada"]
+
+
+async def test_a_refused_or_unanswered_call_does_not_run(local: World, sink: Sink) -> None:
+    client = Client(local)
+    asked: list[tuple[str, list[str]]] = []
+    agent = approval_agent(sink, asked)
+    await client.submit("refused", MESSAGE, turn_id=TURN)
+    with pytest.raises(TurnSuspended):
+        await run_turn(local, "refused", agent)
+    await resolve_event(
+        client,
+        asked[-1][0],
+        {"approvals": {"call-1": {"kind": "tool-denied", "message": "not today"}}},
+        sender="ada",
+    )
+    assert await run_turn(local, "refused", agent) == "send said: not today"
+    await client.submit("failed", MESSAGE, turn_id=TURN)
+    with pytest.raises(TurnSuspended):
+        await run_turn(local, "failed", agent)
+    await fail_event(client, asked[-1][0], "the reviewer is away", sender="ada")
+    reply = await run_turn(local, "failed", agent)
+    assert reply == "send said: No decision on this tool call arrived: the reviewer is away"
+    timed = approval_agent(sink, asked, timeout=timedelta(seconds=30))
+    await client.submit("late", MESSAGE, turn_id=TURN)
+    with pytest.raises(TurnSuspended) as suspended:
+        await run_turn(local, "late", timed)
+    assert suspended.value.wake_at == pytest.approx(time.time() + 30, abs=5)
+    reply = await run_turn(local, "late", timed, clock=later)
+    assert reply.startswith("send said: No decision on this tool call arrived: No resolution")
+    assert sink.lines("refused") == sink.lines("failed") == sink.lines("late") == []
+
+
+async def test_tokens_are_checked(local: World) -> None:
+    client = Client(local)
+    with pytest.raises(InvalidArgumentError, match="not a world resume token"):
+        await resolve_event(client, "abc", {}, sender="ada")
+    with pytest.raises(InvalidArgumentError, match="damaged"):
+        await resolve_event(client, "world1.%%%", {}, sender="ada")
+    token = event_token("s", "pydantic-ai/1/x")
+    with pytest.raises(InvalidArgumentError, match="reason must be a str"):
+        await fail_event(client, token, 3, sender="ada")  # type: ignore[arg-type]
+
+
+# -- every toolset kind is journaled ------------------------------------------------------------
+
+
+async def test_dynamic_toolset_calls_are_labelled_steps(local: World, sink: Sink) -> None:
+    runs: list[str] = []
+
+    def ping(target: str) -> str:
+        """Ping a host (an effect)."""
+        runs.append(target)
+        return f"pong from {target}"
+
+    def tools(ctx: RunContext[None]) -> FunctionToolset[None]:
+        return FunctionToolset([ping])
+
+    def policy(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("ping", {"target": "db"}, "c1")])
+        return ModelResponse(parts=[TextPart("pinged")])
+
+    agent = Agent(
+        FunctionModel(policy, model_name="scripted"),
+        name="pinger",
+        toolsets=[DynamicToolset(tools, id="hosts")],
+        capabilities=[WorldDurability(tools={"ping": {"replay": "never"}})],
+    )
+    await Client(local).submit("s", MESSAGE, turn_id=TURN)
+    crash = CrashPoint(2, "after_run", in_process=True)  # ping ran; its outcome is lost
+    with pytest.raises(SimulatedCrash):
+        await run_turn(local, "s", agent, crash=crash)
+    reply = await run_turn(local, "s", agent, clock=later)
+    assert runs == ["db"]  # the never call is not run again
+    recorded = await outcomes(local, "s")
+    assert [(o["kind"], o["name"]) for o in recorded] == [
+        ("tool", "pinger__dynamic_toolset__hosts.get_tools"),
+        ("model", "pinger__model.request"),
+        ("tool", "pinger__dynamic_toolset__hosts.call_tool:ping"),
+        ("tool", "pinger__dynamic_toolset__hosts.get_tools"),
+        ("model", "pinger__model.request"),
+    ]
+    assert recorded[2]["result"]["interrupted"] is True  # the model was told it may have run
+    assert reply == "pinged"
