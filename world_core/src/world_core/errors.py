@@ -13,7 +13,9 @@ conformance suite only ever see these types::
     ├── NotFoundError             (also LookupError)  the thing asked for does not exist
     │   └── PathNotFoundError     (also FileNotFoundError)  no such file in the workspace
     ├── ConflictError                                 a compare-and-set saw another state
+    │   └── DocumentConflictError                     a document changed since it was read
     ├── DuplicateKeyError                             an event key already exists in the log
+    ├── DocumentSchemaError       (also ValueError)   a stored document's schema is unreadable here
     ├── LeaseLostError                                the lease's token is no longer current
     ├── ClosedError                                   write to a closed stream or World
     ├── UnsupportedError          (also NotImplementedError)  feature declared absent
@@ -44,6 +46,8 @@ __all__ = [
     "ClosedError",
     "ConfigurationError",
     "ConflictError",
+    "DocumentConflictError",
+    "DocumentSchemaError",
     "DuplicateKeyError",
     "InvalidArgumentError",
     "InvalidIdentifierError",
@@ -137,6 +141,39 @@ class ConflictError(WorldError):
         super().__init__(message)
         self.expected = expected
         self.actual = actual
+
+
+class DocumentConflictError(ConflictError):
+    """A document edit stated the version it read, and the document has moved on since: the
+    edit was not saved. Read the document again and decide again (``Documents.update`` does).
+
+    Attributes:
+        document: the document's name.
+        expected: the version the edit was based on.
+        actual: the document's current version.
+    """
+
+    def __init__(self, message: str, *, document: str, expected: int, actual: int) -> None:
+        super().__init__(message, expected=expected, actual=actual)
+        self.document = document
+
+
+class DocumentSchemaError(WorldError, ValueError):
+    """A stored document cannot be read by this code: it was written with a newer schema
+    version than the model declares (deploy the newer code), or an older one and the model
+    has no ``migrate``. Nothing was changed.
+
+    Attributes:
+        document: the document's name.
+        stored: the schema version it is stored with.
+        current: the schema version the model declares.
+    """
+
+    def __init__(self, message: str, *, document: str, stored: int, current: int) -> None:
+        super().__init__(message)
+        self.document = document
+        self.stored = stored
+        self.current = current
 
 
 class DuplicateKeyError(WorldError):

@@ -74,6 +74,12 @@ The rules, for step ``n``:
 * Staged state: a tool's staged values (``context.stage``, which the documents build on)
   become ``state`` events in the same atomic append as its outcome (or the same deferred
   batch), and only if the tool returned: an interrupted or failing call changes nothing.
+* Claims: a tool's claimed events (``context.claim``, on which the documents' versions
+  build) join its outcome's append under keys of their own, so the append commits only if
+  every claimed key is still free. A call whose claim was taken meanwhile commits nothing it
+  staged: a ``safe`` call runs again with a fresh context (up to ``MAX_CONFLICT_RUNS``), then
+  records the conflict as its error; a ``never`` call is not run again and records an error
+  saying it ran but its changes were not saved. A call with claims is never deferred.
 * Unusable paid replies: a model reply the client cannot parse
   (:class:`~world_core.errors.ModelReplyError`) is recorded as the step's outcome and raised;
   a redelivered turn raises it again from the journal and never pays for it twice.
@@ -132,6 +138,7 @@ from world_core.journal._session import (
 )
 from world_core.journal._tools import (
     DEFAULT_TOOL_TIMEOUT,
+    MAX_CONFLICT_RUNS,
     MAX_STATE_NAME_BYTES,
     Replay,
     Tool,
@@ -1654,17 +1661,7 @@ class Journal:
         with anyio.CancelScope(shield=replay == "never" and tool_run is not None):
             context: ToolContext | None = None
             if tool_run is not None:
-                context = ToolContext(
-                    self.session_id,
-                    self.turn_id,
-                    n,
-                    idempotency_key=key,
-                    deadline=deadline,
-                    clock=self._clock,
-                    lease_held=self._lease_held,
-                    state=self._turn.state,
-                    blobs=self._blobs,
-                )
+                context = self._tool_context(n, key, deadline)
                 self._in_tool = name
                 try:
                     result = await tool_run[1](n, context)
@@ -1683,8 +1680,71 @@ class Journal:
             if crash is not None and crash.step == n and crash.when == "after_run":
                 crash.hit()
             with anyio.CancelScope(shield=True):
-                return await self._keep(n, kind, identity, replay, result, context, parts)
+                return await self._keep_claiming(
+                    n, kind, identity, replay, result, context, parts, tool_run
+                )
         raise AssertionError("unreachable: nothing cancels this scope, so it swallows nothing")
+
+    def _tool_context(self, n: int, key: str, deadline: float) -> ToolContext:
+        return ToolContext(
+            self.session_id,
+            self.turn_id,
+            n,
+            idempotency_key=key,
+            deadline=deadline,
+            clock=self._clock,
+            lease_held=self._lease_held,
+            state=self._turn.state,
+            blobs=self._blobs,
+            world=self._world,
+        )
+
+    async def _keep_claiming(
+        self,
+        n: int,
+        kind: str,
+        identity: dict[str, Any],
+        replay: Replay,
+        result: dict[str, Any],
+        context: ToolContext | None,
+        parts: tuple[dict[str, Any], dict[str, Any]] | None,
+        tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
+    ) -> dict[str, Any]:
+        """:meth:`_keep`, and when the call's claims conflict (``ToolContext.claim``): a
+        ``safe`` call runs again with a fresh context, up to MAX_CONFLICT_RUNS runs, then its
+        outcome is the conflict; a ``never`` call's outcome is the conflict at once (it ran:
+        the error says so, and nothing it staged is written)."""
+        runs = 1
+        while True:
+            try:
+                return await self._keep(n, kind, identity, replay, result, context, parts)
+            except _ClaimConflict as conflict:
+                name = identity["name"]
+                if replay == "safe" and tool_run is not None and runs < MAX_CONFLICT_RUNS:
+                    runs += 1
+                    assert context is not None
+                    context = self._tool_context(n, context.idempotency_key, context.deadline)
+                    self._in_tool = name
+                    try:
+                        result = await tool_run[1](n, context)
+                    finally:
+                        self._in_tool = None
+                    continue
+                if replay == "safe":
+                    result = {
+                        "error": f"{name}: {conflict.message} (tried {runs} times; the data "
+                        "kept changing under it, nothing it changed was saved)",
+                        "conflict": conflict.message,
+                    }
+                else:
+                    result = {
+                        "error": f"{name} ran, but what it changed was not saved: "
+                        f"{conflict.message}. Its effects outside the session happened; "
+                        "read the current data before you try it again",
+                        "conflict": conflict.message,
+                        "output": result.get("output"),
+                    }
+                return await self._keep(n, kind, identity, replay, result, None, parts)
 
     async def _keep(
         self,
@@ -1706,10 +1766,12 @@ class Journal:
             result, commit = {"error": f"result is not JSON: {exc}"}, False
             encoded = canonical_json(result)
         staged: dict[str, Any] = {}
+        claims: dict[str, tuple[dict[str, Any], str]] = {}
         if commit and context is not None:
             for hook in context.before_commit_hooks:
                 await self._retrying(hook)
             staged = context.staged
+            claims = context.claims
         body: dict[str, Any] = dict(identity)
         if parts is not None:
             body["parts"] = parts[0]
@@ -1731,7 +1793,9 @@ class Journal:
 
             stored = await self._retrying(store)
             events.append(self._event(f"state/{state_name}", _state_event(state_name, stored), n))
-        if kind == "tool" and replay == "safe" and self._defer_safe:
+        for claim_key, (claim_body, _) in claims.items():
+            events.append(NewEvent(key=claim_key, data=canonical_json(claim_body)))
+        if kind == "tool" and replay == "safe" and self._defer_safe and not claims:
             # Rides with the next append: lost only to a crash before it, and then the tool
             # simply runs again, which its label allows. Every later outcome (a model call's)
             # is in the same or a later batch, so nothing durable ever depends on it alone.
@@ -1740,7 +1804,13 @@ class Journal:
             if self._pending_bytes > _PENDING_FLUSH_BYTES:
                 await self._append([])
         else:
-            await self._append(events)
+            try:
+                await self._append(events)
+            except DuplicateKeyError as exc:
+                if exc.key not in claims:
+                    raise
+                self._broken = None  # refused whole: nothing was written, the view holds
+                raise _ClaimConflict(claims[exc.key][1]) from None
         self._turn.state.update(staged)
         self._record(n, outcome=body)
         if commit and context is not None:
@@ -1766,6 +1836,14 @@ class Journal:
             return loaded
         result: dict[str, Any] = outcome["result"]
         return result
+
+
+class _ClaimConflict(Exception):
+    """A call's claimed key was taken by another writer (its batch was refused whole)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 _WAIT_SETTINGS = frozenset({"timeout", "seconds", "until"})

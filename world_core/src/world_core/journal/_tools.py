@@ -28,11 +28,13 @@ from pydantic_core import to_jsonable_python
 
 from world_core.errors import InvalidArgumentError, LeaseLostError
 from world_core.journal._blobs import Blobs
+from world_core.spi import World, validate_id
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
     "Approval",
     "DEFAULT_TOOL_TIMEOUT",
+    "MAX_CONFLICT_RUNS",
     "MAX_IDEMPOTENCY_KEY_BYTES",
     "Replay",
     "Tool",
@@ -59,6 +61,12 @@ Approval = Literal["none", "required"]
 
 MAX_IDEMPOTENCY_KEY_BYTES = 255
 """Idempotency keys never exceed this many UTF-8 bytes (Stripe's limit, the strictest known)."""
+
+MAX_CONFLICT_RUNS = 3
+"""How many times a ``safe`` call whose claims conflict is run in all (see
+:meth:`ToolContext.claim`) before it fails with the conflict."""
+
+_JOURNAL_KEYS = ("turn/", "session/", "signal/")
 
 MAX_STATE_NAME_BYTES = 200
 """The longest name :meth:`ToolContext.stage` accepts (UTF-8 bytes)."""
@@ -156,6 +164,10 @@ class ToolContext:
     Commit hooks: :meth:`before_commit` and :meth:`after_commit` let such a layer do its I/O
     once per call (the virtual filesystem stores a call's new file contents as blobs before
     the outcome that names them), and :attr:`blobs` is the journal's content-addressed store.
+
+    Claims: :meth:`claim` stages an event under a key of the layer's own, committed with the
+    outcome only if the key is still free (a compare-and-set: the documents' versions), and
+    :attr:`world` lets the layer read the session's current data while the call runs.
     """
 
     def __init__(
@@ -170,6 +182,7 @@ class ToolContext:
         lease_held: Callable[[], bool] | None = None,
         state: Mapping[str, Any] | None = None,
         blobs: Blobs | None = None,
+        world: World | None = None,
     ) -> None:
         self.session_id = session_id
         self.turn_id = turn_id
@@ -186,6 +199,8 @@ class ToolContext:
         self.staged: dict[str, Any] = {}
         self._extensions: dict[str, object] = {}
         self._blobs = blobs
+        self._world = world
+        self.claims: dict[str, tuple[dict[str, Any], str]] = {}
         self.before_commit_hooks: list[Callable[[], Awaitable[None]]] = []
         self.after_commit_hooks: list[Callable[[], None]] = []
 
@@ -203,6 +218,57 @@ class ToolContext:
                 "or let the journal build it"
             )
         return self._blobs
+
+    @property
+    def world(self) -> World:
+        """The World the journal writes to: for layers that read the session's current data
+        while the call runs (the documents read a document's latest version).
+
+        Raises:
+            InvalidArgumentError: this context was built without one (by hand, outside a
+                journal).
+        """
+        if self._world is None:
+            raise InvalidArgumentError(
+                "this ToolContext has no World: build it with ToolContext(..., world=...) or "
+                "let the journal build it"
+            )
+        return self._world
+
+    def claim(self, key: str, body: Mapping[str, Any], *, conflict: str) -> None:
+        """Stage the event ``body`` under the log key ``key``, committed in the same atomic
+        append as this call's outcome, and only if no event of the session log holds ``key``
+        yet: a compare-and-set on the key (the documents claim ``doc/<name>/v/<version>``, so
+        two edits of the same version cannot both commit).
+
+        A call whose claims are refused because another writer took one of the keys is a
+        conflict, and nothing it staged is written: a ``safe`` call runs again with a fresh
+        context (up to :data:`MAX_CONFLICT_RUNS` runs), then fails with the ``conflict``
+        message; a ``never`` call is not run again: its outcome is recorded as an error that
+        says it ran but its edits were not saved, with ``conflict``, and the model is told.
+        A call with claims is appended at once (never deferred with a ``safe`` outcome), so
+        a conflict is known before the next step. May be called from a :meth:`before_commit`
+        hook. Claiming the same key again replaces the earlier body.
+
+        Raises:
+            InvalidArgumentError: ``key`` is not a valid event key or starts with one of the
+                journal's own prefixes (``turn/``, ``session/``, ``signal/``), or ``body`` is
+                not a JSON object.
+        """
+        validate_id(key, "claim key")
+        if key.startswith(_JOURNAL_KEYS):
+            raise InvalidArgumentError(
+                f"claim key {key[:80]!r} starts with one of the journal's own prefixes "
+                f"{_JOURNAL_KEYS}; use a prefix of your layer's (the documents use 'doc/')"
+            )
+        try:
+            jsonable = to_jsonable_python(body)
+            json.dumps(jsonable, allow_nan=False)
+        except Exception as exc:
+            raise InvalidArgumentError(f"claim {key!r}: body is not JSON: {exc}") from None
+        if not isinstance(jsonable, dict):
+            raise InvalidArgumentError(f"claim {key!r}: body must be a JSON object")
+        self.claims[key] = (jsonable, str(conflict))
 
     def before_commit(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run ``hook`` once the call has returned, before its outcome and staged values are
