@@ -1,0 +1,196 @@
+"""The OpenAI Agents SDK agent (``world_examples.openai_agents_agent``) made durable, crashed
+before and after every step of its turn, on every backend.
+
+Each crash point runs in a session of its own: a Worker with an in-process crash point
+(``SimulatedCrash``: the journal writes nothing more, as if the process died there), then fresh
+Workers until the turn has its reply. Per point: model calls repeated for steps the journal
+already held (target 0), emails at the real SMTP inbox (target exactly 1), the reply against
+the clean run's. The full matrix runs on local; every other backend runs the two points where
+a crash costs most (a model call answered and not recorded, an email sent and not recorded).
+Approvals (the SDK's ``needs_approval``) are crashed around too, on local and postgres.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+from world_core import (
+    Client,
+    CrashPoint,
+    SimulatedCrash,
+    TurnResult,
+    Worker,
+    World,
+    session_log_id,
+)
+from world_examples.inbox import Inbox
+from world_examples.openai_agents_agent import MESSAGE, PolicyModel, durable_agent
+
+DONE = "Done: the launch note went to ada@example.com."
+STEPS = ["model", "tool lookup_note", "model", "tool send_email", "model"]
+LEASE = 1.0
+SEND_TIMEOUT = 2.0
+ALL_POINTS = [f"{n}:{when}" for n in range(len(STEPS)) for when in ("before_run", "after_run")]
+FEW_POINTS = ["2:after_run", "3:after_run"]
+
+
+@pytest.fixture(scope="module")
+def inbox() -> Iterator[Inbox]:
+    # A folder of its own: pytest's basetemp of this run can be rotated away by other runs.
+    with tempfile.TemporaryDirectory() as folder, Inbox(Path(folder) / "inbox") as running:
+        saved = {k: os.environ.get(k) for k in ("WORLD_DEMO_SMTP", "WORLD_DEMO_MAILDIR")}
+        os.environ["WORLD_DEMO_SMTP"] = f"127.0.0.1:{running.port}"
+        os.environ["WORLD_DEMO_MAILDIR"] = str(running.folder)
+        try:
+            yield running
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+async def _steps(world: World, session: str) -> list[str]:
+    found: dict[int, str] = {}
+    for event in await world.log.read(session_log_id(session)):
+        body = json.loads(event.data)
+        if body.get("t") == "outcome":
+            kind = body["kind"]
+            found[body["step"]] = kind + (f" {body['name']}" if kind != "model" else "")
+    return [found[n] for n in sorted(found)]
+
+
+async def _model_outcomes(world: World, session: str) -> int:
+    count = 0
+    for event in await world.log.read(session_log_id(session)):
+        body = json.loads(event.data)
+        count += body.get("t") == "outcome" and body.get("kind") == "model"
+    return count
+
+
+async def _run(world: World, queue: str, model: PolicyModel, crash: CrashPoint | None) -> Any:
+    worker = Worker(
+        world,
+        durable_agent(model, send_timeout=SEND_TIMEOUT),
+        queue=queue,
+        lease=LEASE,
+        crash=crash,
+        retry_delay=0.1,
+    )
+    try:
+        return await worker.run_once(wait=SEND_TIMEOUT + 3 * LEASE)
+    except BaseException as exc:  # a SimulatedCrash, maybe inside a task group's group
+        group = exc if isinstance(exc, BaseExceptionGroup) else BaseExceptionGroup("", [exc])
+        if group.subgroup(SimulatedCrash) is None:
+            raise
+        return "crash"
+
+
+async def crash_point(world: World, inbox: Inbox, crash_at: str) -> dict[str, Any]:
+    """One crash point, in a session of its own: the row the demo prints."""
+    step, _, when = crash_at.partition(":")
+    session = f"{world.name}-{crash_at.replace(':', '-')}"  # one inbox serves every backend
+    queue = f"q-{session}"
+    client = Client(world, queue=queue)
+    await client.submit(session, MESSAGE, turn_id="t1")
+    first = PolicyModel()
+    crashed = await _run(
+        world,
+        queue,
+        first,
+        CrashPoint(int(step), when, in_process=True),  # type: ignore[arg-type]
+    )
+    finished = first.digests[: await _model_outcomes(world, session)]
+    later = PolicyModel()
+    reply = None
+    results: list[Any] = []
+    for _ in range(4):  # a crash inside send_email: re-queued until its deadline has passed
+        results.append(await _run(world, queue, later, None))
+        reply = await client.reply(session, "t1")
+        if reply is not None:
+            break
+    return {
+        "crash_at": crash_at,
+        "crashed": crashed == "crash",
+        "repeated_model_calls": sum(1 for digest in later.digests if digest in finished),
+        "effects": len(inbox.messages(session)),
+        "reply_matches": reply == DONE,
+        "results": [r.status if isinstance(r, TurnResult) else r for r in results],
+    }
+
+
+async def matrix(world: World, inbox: Inbox, points: list[str]) -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+
+    async def one(point: str) -> None:
+        rows[point] = await crash_point(world, inbox, point)
+
+    async with anyio.create_task_group() as tg:
+        for point in points:
+            tg.start_soon(one, point)
+    return [rows[point] for point in points]
+
+
+class _CrashContract:
+    """The crash matrix on one backend (``world_name``; ``points``: where to crash)."""
+
+    world_name: ClassVar[str]
+    points: ClassVar[list[str]]
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    async def test_clean_run_sends_once(self, world: World, inbox: Inbox) -> None:
+        session = f"{world.name}-clean"
+        client = Client(world, queue="clean")
+        await client.submit(session, MESSAGE, turn_id="t1")
+        model = PolicyModel()
+        result = await _run(world, "clean", model, None)
+        assert isinstance(result, TurnResult), result
+        assert (result.status, result.reply) == ("done", DONE)
+        assert await _steps(world, session) == STEPS
+        assert len(model.digests) == 3
+        assert len(inbox.messages(session)) == 1
+
+    async def test_crash_matrix(self, world: World, inbox: Inbox) -> None:
+        for row in await matrix(world, inbox, self.points):
+            assert row["crashed"], row
+            assert row["repeated_model_calls"] == 0, row
+            assert row["effects"] == 1, row
+            assert row["reply_matches"], row
+
+
+class TestLocalCrashes(_CrashContract):
+    world_name = "local"
+    points = ALL_POINTS
+
+
+class TestPostgresCrashes(_CrashContract):
+    world_name = "postgres"
+    points = FEW_POINTS
+
+
+class TestRedisCrashes(_CrashContract):
+    world_name = "redis"
+    points = FEW_POINTS
+
+
+class TestMongoCrashes(_CrashContract):
+    world_name = "mongo"
+    points = FEW_POINTS
+
+
+class TestTursoCrashes(_CrashContract):
+    world_name = "turso"
+    points = FEW_POINTS
