@@ -33,6 +33,7 @@ from typing import Any, NoReturn, TextIO
 
 import anyio
 
+from world_core._cli_observe import register as register_observe_commands
 from world_core._cli_replay import register as register_replay_commands
 from world_core._cli_waits import register as register_wait_commands
 from world_core._select import list_worlds, load_attr, open_world
@@ -248,6 +249,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(run=lambda args: anyio.run(_worker, args))
     register_wait_commands(sub, add_world_options)
     register_replay_commands(sub, add_world_options)
+    register_observe_commands(sub, add_world_options)
     _add_plugin_commands(sub)
     if "demo" in sub.choices:
         parser.description = "Crash-safe agents on a World. Start with: world demo"

@@ -1,0 +1,47 @@
+"""The observe layer: what happened in a turn, and what is happening now.
+
+The trace model (:mod:`world_core.observe._trace`) is read from the journal's logs and feeds
+``world sessions``, ``world trace``, ``world tail`` and ``world ui``. Imports only the layers
+below it (the journal, the SPI, the errors), through their public names.
+"""
+
+from world_core.observe._sessions import SessionPage, SessionSummary, list_sessions
+from world_core.observe._trace import (
+    TRACE_FORMAT,
+    RunTrace,
+    SessionTrace,
+    StepAttempt,
+    StepStatus,
+    StepTrace,
+    Stop,
+    TurnStatus,
+    TurnTrace,
+    Usage,
+    build_trace,
+    redact_content,
+    step_id,
+    trace_events,
+    trace_session,
+)
+
+__all__ = [
+    "TRACE_FORMAT",
+    "RunTrace",
+    "SessionPage",
+    "SessionSummary",
+    "SessionTrace",
+    "StepAttempt",
+    "StepStatus",
+    "StepTrace",
+    "Stop",
+    "TurnStatus",
+    "TurnTrace",
+    "Usage",
+    "build_trace",
+    "list_sessions",
+    "redact_content",
+    "step_id",
+    "trace_events",
+    "trace_session",
+]
+
