@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from world_conformance._stream import StreamContract
     from world_conformance._target import WorldTarget
     from world_conformance._world import WorldContract
+    from world_conformance.documents import DocumentsContract
     from world_conformance.journal import JournalContract
     from world_conformance.journal_history import JournalHistoryContract
     from world_conformance.journal_order import JournalOrderContract
@@ -55,6 +56,7 @@ __all__ = [
     "ODD_IDENTIFIERS",
     "PAYLOADS",
     "ContractBase",
+    "DocumentsContract",
     "IsolationContract",
     "JournalChildContract",
     "JournalContract",
@@ -84,6 +86,7 @@ _HOME = {
     "ODD_IDENTIFIERS": "_isolation",
     "PAYLOADS": "_payload",
     "ContractBase": "_base",
+    "DocumentsContract": "documents",
     "IsolationContract": "_isolation",
     "JournalChildContract": "journal_waits",
     "JournalContract": "journal",

@@ -12,6 +12,7 @@ from world_conformance._process import ProcessContract
 from world_conformance._queue import QueueContract
 from world_conformance._storage import StorageContract
 from world_conformance._stream import StreamContract
+from world_conformance.documents import DocumentsContract
 from world_conformance.journal import JournalContract
 from world_conformance.journal_history import JournalHistoryContract
 from world_conformance.journal_order import JournalOrderContract
@@ -46,6 +47,7 @@ class WorldContract(
     JournalVersioningContract,
     JournalChildContract,
     JournalHistoryContract,
+    DocumentsContract,
 ):
     """Every contract of the World SPI; a backend's test class derives from it and sets
     ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override,
