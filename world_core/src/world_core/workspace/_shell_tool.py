@@ -1,0 +1,110 @@
+"""The ``bash`` tool: the model runs a script against the session's virtual filesystem.
+
+Each call takes the workspace's committed tree (``context.fs.snapshot()``), runs the script
+on a copy of it in the :class:`~world_core.workspace.Shell`, and hands the tree the script
+left to ``context.fs.apply``: the file changes are committed in the same atomic append as
+the call's outcome ``{stdout, stderr, exit_code}``, or not at all.
+
+Why it is ``replay="safe"``: the shell has no effect outside that copy (no host file, no
+process, no network), so running a script again is harmless. A call interrupted by a crash
+left nothing in the log; the worker that takes the turn over runs the script again against
+the same committed tree and gets the same files. A finished call is never run again: its
+outcome and its files are in the log.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from world_core.errors import InvalidArgumentError
+from world_core.journal import Tool, ToolContext, tool
+from world_core.workspace._fs import VirtualWorkspace, virtual
+from world_core.workspace._shell import Shell, ShellLimits, Tree, default_shell
+
+__all__ = ["SHELL_TOOL_DESCRIPTION", "bash_tool"]
+
+SHELL_TOOL_DESCRIPTION = (
+    "Run a bash script in the session's workspace (the working directory, /workspace) and get "
+    "its stdout, stderr and exit_code. Pipes, redirections, here-documents, variables, loops, "
+    "functions and the usual commands work (cat ls mkdir rm mv cp touch find grep sed awk sort "
+    "uniq wc head tail cut tr diff xargs echo printf tee jq ...). File changes under "
+    "/workspace are kept; there is no network, no host file and no other program. A script "
+    "stopped by a limit (time, output, loops) exits with 124 and changes no file."
+)
+"""What the model reads about the tool."""
+
+
+def bash_tool(
+    *,
+    name: str = "bash",
+    shell: Shell | None = None,
+    limits: ShellLimits | None = None,
+    workspace: VirtualWorkspace | None = None,
+    timeout: float | None = None,
+    description: str = SHELL_TOOL_DESCRIPTION,
+) -> Tool:
+    """The ``bash`` tool for an agent's :class:`~world_core.journal.ToolRegistry`.
+
+    Args:
+        name: the tool's name as the model sees it.
+        shell: the engine (default :func:`~world_core.workspace.default_shell`: bashkit).
+        limits: what one script may use (default :class:`ShellLimits()`).
+        workspace: which workspace the scripts edit (default ``virtual()``, the session's
+            durable tree; ``virtual(durable=False)`` for a draft tree cleared every turn).
+        timeout: the tool call's timeout in seconds (default the script's ``limits.timeout``
+            plus 30 s, for reading and committing the tree); at least ``limits.timeout``.
+        description: what the model reads about the tool.
+
+    Returns:
+        A ``replay="safe"`` tool taking ``script`` and returning ``{"stdout", "stderr",
+        "exit_code"}``. A script that fails, or is stopped by a limit, is an outcome like any
+        other (exit code and stderr say why); a tree the workspace refuses (its
+        ``WorkspaceLimits``) fails the call with ``WorkspaceLimitError`` and changes nothing.
+
+    Raises:
+        ConfigurationError: no ``shell`` given and bashkit is not installed
+            (``pip install 'world-core[shell]'``).
+        InvalidArgumentError: ``limits`` not :class:`ShellLimits`, ``workspace`` not made by
+            ``virtual()``, ``shell`` not a :class:`Shell`, or ``timeout`` shorter than the
+            script's time limit.
+    """
+    if limits is None:
+        limits = ShellLimits()
+    elif not isinstance(limits, ShellLimits):
+        raise InvalidArgumentError(f"limits must be ShellLimits, got {limits!r}")
+    if workspace is None:
+        workspace = virtual()
+    elif not isinstance(workspace, VirtualWorkspace):
+        raise InvalidArgumentError(f"workspace must be made by virtual(), got {workspace!r}")
+    if shell is None:
+        shell = default_shell()
+    elif not isinstance(shell, Shell):
+        raise InvalidArgumentError(f"shell must be a Shell (async run(...)), got {shell!r}")
+    if timeout is None:
+        timeout = limits.timeout + 30.0
+    elif (
+        isinstance(timeout, int | float)
+        and not isinstance(timeout, bool)
+        and timeout < limits.timeout
+    ):
+        raise InvalidArgumentError(
+            f"timeout={timeout!r} is shorter than the script's limit "
+            f"ShellLimits.timeout={limits.timeout!r}: raise it, or lower the limit"
+        )
+    engine, files_of, script_limits = shell, workspace.files, limits
+
+    async def run_script(
+        script: Annotated[str, Field(description="the bash script to run in /workspace")],
+        context: ToolContext,
+    ) -> dict[str, Any]:
+        files = files_of(context)
+        snapshot = await files.snapshot()
+        before = Tree(files=snapshot.files, dirs=frozenset(snapshot.dirs), modes=snapshot.modes)
+        result = await engine.run(script, before, script_limits)
+        if result.tree != before:
+            await files.apply(result.tree)
+        return {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code}
+
+    return tool(run_script, replay="safe", name=name, description=description, timeout=timeout)

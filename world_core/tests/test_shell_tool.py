@@ -1,0 +1,186 @@
+"""The bash tool: scripts edit the session's virtual filesystem, committed with the outcome."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from world_core import (
+    Client,
+    CrashPoint,
+    Journal,
+    SimulatedCrash,
+    Tool,
+    Workspace,
+    WorkspaceLimits,
+    World,
+    open_world,
+    session_log_id,
+    virtual,
+)
+from world_core.errors import InvalidArgumentError, ToolError
+from world_core.workspace import (
+    LIMIT_EXIT_CODE,
+    FileTree,
+    ShellLimits,
+    Tree,
+    bash_tool,
+    default_shell,
+)
+
+pytestmark = pytest.mark.anyio
+LOG = session_log_id("s")
+
+FIRST = "mkdir -p src && printf 'def add(a, b):\\n    return a - b\\n' > src/lib.py && ls src"
+SECOND = "sed -i 's/a - b/a + b/' src/lib.py && echo '# lib' > README.md && cat src/lib.py"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world("local", url=str(tmp_path / "world"), namespace="sh") as opened:
+        yield opened
+
+
+async def _turn(world: World, turn: str = "t", crash: CrashPoint | None = None) -> Journal:
+    await Client(world).submit("s", "hello", turn_id=turn)
+    # defer_safe=False: each outcome is durable before the next step (by default a safe
+    # tool's outcome rides with the next append, and a crash re-runs it too)
+    return await Journal.open(world, "s", turn, crash=crash, defer_safe=False)
+
+
+async def _run_both(journal: Journal, bash: Tool) -> None:
+    for script in (FIRST, SECOND):
+        await journal.call(bash, {"script": script})
+
+
+async def _files(world: World) -> dict[str, bytes]:
+    workspace = Workspace(world)
+    tree = await workspace.tree("s")
+    return {path: await workspace.read("s", path) for path in tree.files}
+
+
+async def test_two_scripts_edit_the_tree_each_committed_with_its_outcome(world: World) -> None:
+    bash = bash_tool()
+    assert bash.replay == "safe"
+    journal = await _turn(world)
+    first = await journal.call(bash, {"script": FIRST})
+    assert first == {"stdout": "lib.py\n", "stderr": "", "exit_code": 0}
+    second = await journal.call(bash, {"script": SECOND})
+    assert second["stdout"] == "def add(a, b):\n    return a + b\n"
+    await journal.finish("done")
+    assert await _files(world) == {
+        "src/lib.py": b"def add(a, b):\n    return a + b\n",
+        "README.md": b"# lib\n",
+    }
+    keys = [event.key for event in await world.log.read(LOG)]
+    for step in (0, 1):
+        outcome = keys.index(f"turn/t/step/{step}/outcome")
+        assert (keys[outcome + 1] or "").startswith(f"turn/t/step/{step}/state/")  # the tree
+    # Replay: no script runs again, nothing is written again.
+    again = await Journal.open(world, "s", "t")
+    assert await again.call(bash, {"script": FIRST}) == first
+    assert await again.call(bash, {"script": SECOND}) == second
+    assert again.tool_runs == 0
+    assert len(keys) == len(await world.log.read(LOG))
+
+
+async def test_a_script_that_changes_nothing_stages_nothing(world: World) -> None:
+    journal = await _turn(world)
+    result = await journal.call(bash_tool(), {"script": "ls; echo none >&2; exit 3"})
+    assert result == {"stdout": "", "stderr": "none\n", "exit_code": 3}
+    await journal.finish("done")
+    keys = [event.key for event in await world.log.read(LOG)]
+    assert not [key for key in keys if key and "/state/" in key]
+
+
+@pytest.mark.parametrize("when", ["before_run", "after_run"])
+@pytest.mark.parametrize("step", [0, 1])
+async def test_a_crash_at_any_step_ends_with_the_clean_runs_tree(
+    tmp_path: Path, step: int, when: str
+) -> None:
+    bash = bash_tool()
+    async with open_world("local", url=str(tmp_path / "clean"), namespace="sh") as clean:
+        journal = await _turn(clean)
+        expected = [await journal.call(bash, {"script": s}) for s in (FIRST, SECOND)]
+        await journal.finish("done")
+        clean_files = await _files(clean)
+    async with open_world("local", url=str(tmp_path / "crash"), namespace="sh") as world:
+        crash = CrashPoint(step, when, in_process=True)  # type: ignore[arg-type]
+        dying = await _turn(world, crash=crash)
+        with pytest.raises(SimulatedCrash):
+            await _run_both(dying, bash)
+        journal = await Journal.open(world, "s", "t")
+        assert [await journal.call(bash, {"script": s}) for s in (FIRST, SECOND)] == expected
+        assert journal.tool_runs == 2 - step  # the steps before the crash are read back
+        await journal.finish("done")
+        assert await _files(world) == clean_files
+
+
+async def test_a_script_stopped_by_a_limit_changes_no_file(world: World) -> None:
+    bash = bash_tool(limits=ShellLimits(max_loop_iterations=5))
+    journal = await _turn(world)
+    await journal.call(bash, {"script": "echo kept > a.txt"})
+    result = await journal.call(bash, {"script": "rm a.txt; for i in $(seq 9); do :; done"})
+    assert result["exit_code"] == LIMIT_EXIT_CODE
+    assert "ShellLimits.max_loop_iterations" in result["stderr"]
+    await journal.finish("done")
+    assert await _files(world) == {"a.txt": b"kept\n"}
+
+
+async def test_a_tree_over_the_workspace_limits_fails_the_call(world: World) -> None:
+    small = virtual(limits=WorkspaceLimits(max_file_bytes=100))
+    bash = bash_tool(workspace=small)
+    journal = await _turn(world)
+    with pytest.raises(ToolError, match="max_file_bytes"):
+        await journal.call(bash, {"script": "echo ok > small; head -c 500 /dev/zero > big"})
+    assert await Workspace(world).tree("s") == FileTree()
+
+
+async def test_a_draft_workspace_is_edited_in_memory(world: World) -> None:
+    bash = bash_tool(workspace=virtual(durable=False))
+    journal = await _turn(world)
+    await journal.call(bash, {"script": "echo draft > d.txt"})
+    assert (await journal.call(bash, {"script": "cat d.txt"}))["stdout"] == "draft\n"
+    await journal.finish("done")
+    assert await Workspace(world).tree("s") == FileTree()
+
+
+async def test_any_shell_can_stand_behind_the_tool(world: World) -> None:
+    class Recording:
+        name = "recording"
+
+        def __init__(self) -> None:
+            self.trees: list[Tree] = []
+
+        async def run(self, script: str, tree: Tree, limits: ShellLimits | None = None) -> Any:
+            self.trees.append(tree)
+            return await default_shell().run(script, tree, limits)
+
+    shell = Recording()
+    journal = await _turn(world)
+    bash = bash_tool(shell=shell, name="sh")
+    await journal.call(bash, {"script": "mkdir -p a/b; echo 1 > a/f"})
+    await journal.call(bash, {"script": "true"})
+    assert shell.trees[0] == Tree()
+    assert shell.trees[1] == Tree(files={"a/f": b"1\n"}, dirs=frozenset({"a", "a/b"}))
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"ShellLimits\.timeout"):
+        bash_tool(limits=ShellLimits(timeout=20), timeout=5)
+    with pytest.raises(InvalidArgumentError, match="limits"):
+        bash_tool(limits={"timeout": 1})  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="virtual"):
+        bash_tool(workspace="/tmp")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="Shell"):
+        bash_tool(shell=object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="tool name"):
+        bash_tool(name="no spaces")
