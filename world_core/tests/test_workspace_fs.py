@@ -39,7 +39,7 @@ from world_core.errors import (
     ToolError,
     WorkspaceLimitError,
 )
-from world_core.workspace import TREE_STATE, FileTree, normalize_path
+from world_core.workspace import TREE_DOCUMENT, FileTree, normalize_path
 
 pytestmark = pytest.mark.anyio
 LOG = session_log_id("s")
@@ -94,7 +94,7 @@ async def test_a_tools_file_changes_commit_with_its_outcome(world: World) -> Non
     await journal.finish("done")
     keys = [event.key for event in await world.log.read(LOG)]
     outcome = keys.index("turn/t/step/0/outcome")
-    assert keys[outcome + 1] == f"turn/t/step/0/state/{TREE_STATE}"
+    assert keys[outcome + 1] == f"doc/{TREE_DOCUMENT}/v/1"
     workspace = Workspace(world)
     tree = await workspace.tree("s")
     assert tree.version == 1
@@ -532,3 +532,43 @@ async def test_folder_imports_refuse_symlinks(world: World, tmp_path: Path) -> N
     small = Workspace(world, limits=WorkspaceLimits(max_file_bytes=10))
     with pytest.raises(WorkspaceLimitError, match="max_file_bytes"):
         await small.import_dir("s", big)
+
+
+async def test_a_safe_tool_that_conflicts_with_an_app_runs_again_on_the_new_tree(
+    world: World,
+) -> None:
+    workspace = Workspace(world)
+    await workspace.write("s", "count.txt", "1")
+    runs: list[str] = []
+
+    async def bump(context: ToolContext) -> str:
+        fs = _fs(context)
+        text = await fs.read_text("count.txt")
+        runs.append(text)
+        if len(runs) == 1:  # the app changes the file while the first run works
+            await workspace.write("s", "count.txt", "10")
+        await fs.write("count.txt", str(int(text) + 1))
+        return text
+
+    journal = await _turn(world)
+    assert await journal.call(_tool(bump, "safe", "bump"), {"label": "x"}) == "10"
+    assert runs == ["1", "10"]
+    assert await workspace.read_text("s", "count.txt") == "11"  # no edit lost
+
+
+async def test_apps_watch_the_tree_change_live(world: World) -> None:
+    workspace = Workspace(world)
+    await workspace.write("s", "a.txt", "a")
+    seen: list[tuple[int, list[str]]] = []
+
+    async def follow() -> None:
+        async for tree in workspace.watch("s", idle_timeout=5):
+            seen.append((tree.version, sorted(tree.files)))
+            if tree.version == 3:
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follow)
+        await workspace.write("s", "b.txt", "b")
+        await workspace.remove("s", "a.txt")
+    assert seen == [(1, ["a.txt"]), (2, ["a.txt", "b.txt"]), (3, ["b.txt"])]

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         JournalTimerContract,
         JournalVersioningContract,
     )
+    from world_conformance.workspace import WorkspaceContract
 
 __all__ = [
     "BAD_IDENTIFIERS",
@@ -76,6 +77,7 @@ __all__ = [
     "StorageContract",
     "StorageProbe",
     "StreamContract",
+    "WorkspaceContract",
     "WorldContract",
     "WorldTarget",
     "world_state_machine",
@@ -106,6 +108,7 @@ _HOME = {
     "StorageContract": "_storage",
     "StorageProbe": "_storage",
     "StreamContract": "_stream",
+    "WorkspaceContract": "workspace",
     "WorldContract": "_world",
     "WorldTarget": "_target",
     "world_state_machine": "_model",

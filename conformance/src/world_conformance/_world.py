@@ -23,6 +23,7 @@ from world_conformance.journal_waits import (
     JournalTimerContract,
     JournalVersioningContract,
 )
+from world_conformance.workspace import WorkspaceContract
 
 __all__ = ["WorldContract"]
 
@@ -48,6 +49,7 @@ class WorldContract(
     JournalChildContract,
     JournalHistoryContract,
     DocumentsContract,
+    WorkspaceContract,
 ):
     """Every contract of the World SPI; a backend's test class derives from it and sets
     ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override,

@@ -7,12 +7,13 @@ outcome.
 
 from world_core.workspace._documents import DocumentEdits, Documents
 from world_core.workspace._fs import (
-    TREE_STATE,
+    TREE_DOCUMENT,
     FileEntry,
     Files,
     FileStat,
     FileTree,
     Snapshot,
+    TreeDocument,
     TreeLike,
     VirtualWorkspace,
     Workspace,
@@ -36,7 +37,7 @@ __all__ = [
     "LIMIT_EXIT_CODE",
     "SHELL_ENVIRONMENT",
     "SHELL_TOOL_DESCRIPTION",
-    "TREE_STATE",
+    "TREE_DOCUMENT",
     "WORKSPACE_ROOT",
     "DocumentEdits",
     "Documents",
@@ -50,6 +51,7 @@ __all__ = [
     "ShellResult",
     "Snapshot",
     "Tree",
+    "TreeDocument",
     "TreeLike",
     "VirtualWorkspace",
     "Workspace",

@@ -1,15 +1,24 @@
 """The virtual filesystem: a session's file tree kept in its log, file contents in blobs.
 
-``virtual()`` (the default, ``context.fs``): the tree is the session state ``fs/tree``, a
-JSON document of paths, sizes, modes and sha-256 digests (:class:`FileTree`); each file's
-bytes are a content-addressed blob (``world_core.journal.Blobs``), so a file unchanged across
-versions, or the same bytes under two names, is stored once. A tool reads and writes through
-``context.fs`` (:class:`Files`); its changes are kept in the call's working copy (reads see
-the call's own writes) and reach the log only when the call returns: the new contents are
-stored as blobs and the new tree is staged (``ToolContext.before_commit``, ``stage``), so
-they are committed in the same atomic append as the call's outcome, or not at all. A call
-that fails, times out, is interrupted or crashes changes no file; a ``safe`` call re-run
-after a crash starts from the same committed tree and so leaves the same files.
+``virtual()`` (the default, ``context.fs``): the tree is the session document
+:data:`TREE_DOCUMENT` (``"workspace"``, a :class:`TreeDocument` of paths, sizes, modes and
+sha-256 digests, versioned and stored by ``world_core.workspace._documents``: small changes
+are deltas); each file's bytes are a content-addressed blob (``world_core.journal.Blobs``),
+so a file unchanged across versions, or the same bytes under two names, is stored once. A
+tool reads and writes through ``context.fs`` (:class:`Files`); its changes are kept in the
+call's working copy (reads see the call's own writes) and reach the log only when the call
+returns: the new contents are stored as blobs (``ToolContext.before_commit``) and the new
+tree is a document edit, committed in the same atomic append as the call's outcome, or not
+at all. A call that fails, times out, is interrupted or crashes changes no file; a ``safe``
+call run again after a crash starts from the same committed tree and so leaves the same
+files.
+
+Conflicts follow the documents' rules. A call reads the tree's latest committed version on
+its first use of ``context.fs``; its change set is claimed on that version. If another
+writer (an app, another turn's tool) committed a newer version meanwhile, nothing of the
+call is written: a ``safe`` call runs again on the new tree (up to 3 runs, then it fails
+naming the conflict); a ``never`` call is not run again and its outcome says its changes
+were not saved, so the model can read the files again. No edit is ever lost silently.
 
 ``virtual(durable=False)``: the same API over a tree held in this process's memory for draft
 work. It costs nothing in the log or the blob store and is cleared at the end of each turn
@@ -18,13 +27,11 @@ too). Changes are applied when the call's outcome is kept, so a failing call cha
 here either.
 
 Paths and limits: see :mod:`world_core.workspace._fs_paths` (relative, normalised, confined;
-no links of any kind) and :class:`WorkspaceLimits`.
+no links of any kind) and :class:`WorkspaceLimits`. Apps: :class:`Workspace`.
 
-Versions and conflicts: every committed change set bumps :attr:`FileTree.version` by one.
-A tool sees the tree as of its turn's opening plus the committed calls of its turn (the
-journal's state); an app edits it outside a turn through :class:`Workspace`, whose writes
-can name the version they read (``expect_version``) and are refused with
-:class:`~world_core.errors.ConflictError` when the tree moved on.
+For engines that work on a copy (the shell): :meth:`Files.snapshot` gives the whole tree as
+a :class:`Snapshot` (``files`` path to bytes, ``dirs``, ``modes``) and :meth:`Files.apply`
+makes the workspace hold a changed tree, as one change set of the call.
 """
 
 from __future__ import annotations
@@ -37,22 +44,24 @@ import tarfile
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import IO, Literal, Protocol
 
 import anyio
 import anyio.to_thread
+from pydantic import BaseModel, ConfigDict
 
 from world_core.errors import (
-    ConflictError,
+    DocumentConflictError,
     InvalidArgumentError,
     PathError,
     PathNotFoundError,
 )
-from world_core.journal import BlobRef, Blobs, ToolContext, canonical_json, read_state, write_state
+from world_core.journal import BlobRef, Blobs, ToolContext, canonical_json
 from world_core.spi import World
+from world_core.workspace._documents import DocumentEdits, Documents
 from world_core.workspace._fs_paths import (
     WorkspaceLimits,
     ancestors,
@@ -64,22 +73,22 @@ from world_core.workspace._fs_paths import (
 __all__ = [
     "DEFAULT_DIR_MODE",
     "DEFAULT_FILE_MODE",
-    "TREE_STATE",
+    "TREE_DOCUMENT",
     "FileEntry",
     "FileStat",
     "FileTree",
     "Files",
     "Snapshot",
+    "TreeDocument",
     "TreeLike",
     "VirtualWorkspace",
     "Workspace",
     "virtual",
 ]
 
-TREE_STATE = "fs/tree"
-"""The session state that holds a durable workspace's tree."""
+TREE_DOCUMENT = "workspace"
+"""The session document that holds a durable workspace's tree (:class:`TreeDocument`)."""
 
-TREE_FORMAT = 1
 DEFAULT_FILE_MODE = 0o644
 DEFAULT_DIR_MODE = 0o755
 _EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
@@ -137,38 +146,35 @@ class FileTree:
         two trees with the same files and directories have the same digest."""
         return _tree_digest(self.files, self.dirs)
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document kept in the session state :data:`TREE_STATE`."""
-        return {
-            "format": TREE_FORMAT,
-            "version": self.version,
-            "files": {
-                path: [entry.digest, entry.size, entry.mode]
-                for path, entry in sorted(self.files.items())
-            },
-            "dirs": sorted(self.dirs),
-        }
+    def document(self) -> TreeDocument:
+        """The document kept in the session (:data:`TREE_DOCUMENT`)."""
+        return TreeDocument(
+            files={p: (e.digest, e.size, e.mode) for p, e in sorted(self.files.items())},
+            dirs=sorted(self.dirs),
+        )
 
     @classmethod
-    def from_json(cls, value: Any) -> FileTree:
-        """Read :meth:`to_json`'s document (None: the empty tree, version 0).
+    def from_document(cls, version: int, document: TreeDocument | None) -> FileTree:
+        """The tree that version ``version`` of the document holds (None: empty)."""
+        if document is None:
+            return cls(version)
+        files = {p: FileEntry(item[0], item[1], item[2]) for p, item in document.files.items()}
+        return cls(version, files, frozenset(document.dirs))
 
-        Raises:
-            InvalidArgumentError: a document of an unknown format (written by newer code).
-        """
-        if value is None:
-            return cls()
-        if not isinstance(value, dict) or value.get("format") != TREE_FORMAT:
-            found = value.get("format") if isinstance(value, dict) else type(value).__name__
-            raise InvalidArgumentError(
-                f"the workspace tree has format {found!r}; this code reads format "
-                f"{TREE_FORMAT}: upgrade world-core"
-            )
-        files = {
-            path: FileEntry(str(item[0]), int(item[1]), int(item[2]))
-            for path, item in value["files"].items()
-        }
-        return cls(int(value["version"]), files, frozenset(value["dirs"]))
+
+class TreeDocument(BaseModel):
+    """The tree as a session document (``Documents(world).watch(session, TREE_DOCUMENT,
+    TreeDocument)`` follows a workspace's changes live).
+
+    Attributes:
+        files: path to ``(sha-256 of the content, size, mode)``.
+        dirs: every directory, sorted.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    files: dict[str, tuple[str, int, int]] = {}
+    dirs: list[str] = []
 
 
 def _tree_digest(files: Mapping[str, FileEntry], dirs: Iterable[str]) -> str:
@@ -570,8 +576,12 @@ class Files:
     """A tool's view of a workspace (``context.fs``, or ``virtual(...).files(context)``).
 
     Every method takes paths relative to the workspace root (see
-    :func:`~world_core.workspace._fs_paths.normalize_path`). Reads see this call's own
-    changes; changes are committed with the call's outcome and only if the call returns.
+    :func:`~world_core.workspace._fs_paths.normalize_path`). The first use in a call reads
+    the tree's latest committed version; later reads in the call see that version plus the
+    call's own changes. Changes are committed with the call's outcome, only if the call
+    returns, and only if the tree is still at the version read (the documents' rules: a
+    conflicting ``safe`` call runs again, a ``never`` call's outcome says its changes were
+    not saved).
 
     Raises (every method, as it applies):
         PathError: a path refused by the confinement rules, or naming the wrong kind of entry.
@@ -580,22 +590,27 @@ class Files:
             was changed.
     """
 
-    def __init__(self, draft: _Draft, *, durable: bool) -> None:
-        self._draft = draft
+    def __init__(self, load: Callable[[], Awaitable[_Draft]], *, durable: bool) -> None:
+        self._load = load
+        self._loaded: _Draft | None = None
+        self._lock = anyio.Lock()
         self.durable = durable
 
-    @property
-    def version(self) -> int:
-        """The committed tree version this call started from."""
-        return self._draft.base.version
+    async def _draft(self) -> _Draft:
+        if self._loaded is None:
+            async with self._lock:
+                if self._loaded is None:
+                    self._loaded = await self._load()
+        return self._loaded
 
-    @property
-    def limits(self) -> WorkspaceLimits:
-        return self._draft.limits
+    async def version(self) -> int:
+        """The committed tree version this call started from (0: never written)."""
+        return (await self._draft()).base.version
 
     async def read(self, path: str) -> bytes:
         """The file's bytes."""
-        return await self._draft.read(normalize_path(path))
+        normal = normalize_path(path)
+        return await (await self._draft()).read(normal)
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The file's text.
@@ -620,80 +635,88 @@ class Files:
             mode: permission bits (default: the old file's, or ``0o644``).
             parents: create missing parent directories (default); False refuses instead.
         """
+        normal = normalize_path(path)
         content = _as_bytes(data)
-        self._draft.put(normalize_path(path), content, mode, parents)
+        (await self._draft()).put(normal, content, mode, parents)
         return len(content)
 
     async def append(self, path: str, data: bytes | str) -> int:
         """Add to the end of a file (created if missing); returns its new size."""
         normal = normalize_path(path)
         content = _as_bytes(data)
-        old = self._draft.files.get(normal)
-        before = await self._draft.content(old) if old is not None else b""
-        self._draft.put(normal, before + content, None)
+        draft = await self._draft()
+        old = draft.files.get(normal)
+        before = await draft.content(old) if old is not None else b""
+        draft.put(normal, before + content, None)
         return len(before) + len(content)
 
     async def exists(self, path: str) -> bool:
         """Whether a file or directory is at ``path``."""
         normal = normalize_path(path)
-        return normal in self._draft.files or self._draft.is_dir(normal)
+        draft = await self._draft()
+        return normal in draft.files or draft.is_dir(normal)
 
     async def stat(self, path: str) -> FileStat:
         """Kind, size, mode and digest of the entry at ``path``."""
-        return self._draft.stat(normalize_path(path))
+        normal = normalize_path(path)
+        return (await self._draft()).stat(normal)
 
-    async def list(self, path: str = "") -> list[str]:
+    async def list(self, path: str = "") -> builtins.list[str]:
         """The names in a directory (the root by default), sorted."""
-        return self._draft.children(normalize_path(path))
+        normal = normalize_path(path)
+        return (await self._draft()).children(normal)
 
     async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
         """Create a directory (and its parents, by default)."""
-        self._draft.mkdir(normalize_path(path), parents, exist_ok)
+        normal = normalize_path(path)
+        (await self._draft()).mkdir(normal, parents, exist_ok)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file or an empty directory (``recursive=True``: any directory)."""
-        self._draft.remove(normalize_path(path), recursive)
+        normal = normalize_path(path)
+        (await self._draft()).remove(normal, recursive)
 
     async def rename(self, source: str, target: str) -> None:
         """Move a file (replacing a file at ``target``) or a directory (``target`` must not
         exist); missing parents of ``target`` are created."""
-        self._draft.move(
-            normalize_path(source, what="source"), normalize_path(target, what="target"), False
-        )
+        old, new = normalize_path(source, what="source"), normalize_path(target, what="target")
+        (await self._draft()).move(old, new, False)
 
     async def copy(self, source: str, target: str) -> None:
         """Copy a file (replacing a file at ``target``) or a directory tree (``target`` must
         not exist). No bytes are copied: the copy names the same blob."""
-        self._draft.move(
-            normalize_path(source, what="source"), normalize_path(target, what="target"), True
-        )
+        old, new = normalize_path(source, what="source"), normalize_path(target, what="target")
+        (await self._draft()).move(old, new, True)
 
     async def glob(self, pattern: str) -> builtins.list[str]:
         """Paths of files and directories matching ``pattern``, sorted: ``*``, ``?``,
         ``[abc]``, ``[!abc]`` within a name (names starting with ``.`` included), ``**`` for
         any number of directories (``src/**/*.py``)."""
-        return self._draft.glob(normalize_path(pattern, what="pattern"))
+        normal = normalize_path(pattern, what="pattern")
+        return (await self._draft()).glob(normal)
 
     async def tree(self) -> FileTree:
-        """The tree as this call sees it (metadata), with :attr:`version` as its version."""
-        return FileTree(self.version, dict(self._draft.files), frozenset(self._draft.dirs))
+        """The tree as this call sees it (metadata; its version is the one it started from)."""
+        draft = await self._draft()
+        return FileTree(draft.base.version, dict(draft.files), frozenset(draft.dirs))
 
     async def digest(self) -> str:
         """:meth:`FileTree.digest` of the tree as this call sees it."""
-        return _tree_digest(self._draft.files, self._draft.dirs)
+        draft = await self._draft()
+        return _tree_digest(draft.files, draft.dirs)
 
     async def snapshot(self) -> Snapshot:
         """The whole tree with every file's bytes (for an engine that works on a copy, such
         as the shell): ``files`` path to bytes, ``dirs`` every directory, ``modes`` of files
         whose mode is not ``0o644``."""
-        return await self._draft.snapshot()
+        return await (await self._draft()).snapshot()
 
     async def apply(self, tree: TreeLike) -> None:
         """Make the workspace hold exactly ``tree`` (a :class:`Snapshot` or the shell's
         ``Tree``), as one change set of this call: files missing from it are removed,
         directories not in it (and not a file's parent) too. Checked whole first: a refused
         tree changes nothing."""
-        self._draft.replace(tree)
+        (await self._draft()).replace(tree)
 
 
 class _DraftStore:
@@ -746,18 +769,27 @@ class VirtualWorkspace:
         return view
 
     def _durable(self, context: ToolContext) -> Files:
-        base = FileTree.from_json(context.state(TREE_STATE))
+        docs: DocumentEdits = context.docs
         blobs = context.blobs
-        draft = _Draft(base, self.limits, lambda entry: _load(blobs, entry))
+        limits = self.limits
+        made: list[_Draft] = []
+
+        async def load() -> _Draft:
+            document = await docs.read(TREE_DOCUMENT, TreeDocument)
+            base = FileTree.from_document(await docs.version(TREE_DOCUMENT), document)
+            draft = _Draft(base, limits, lambda entry: _load(blobs, entry))
+            made.append(draft)
+            return draft
 
         async def commit() -> None:
-            if not draft.changed:
+            if not made or not made[0].changed:
                 return
+            draft = made[0]
             await draft.store_new(blobs)
-            context.stage(TREE_STATE, draft.result().to_json())
+            docs.put(TREE_DOCUMENT, draft.result().document())
 
         context.before_commit(commit)
-        return Files(draft, durable=True)
+        return Files(load, durable=True)
 
     def _draft(self, context: ToolContext) -> Files:
         session, turn = context.session_id, context.turn_id
@@ -775,8 +807,11 @@ class VirtualWorkspace:
                 kept = {d: b for d, b in draft.new.items() if d in named}
                 _DRAFTS.put(session, turn, draft.result(), kept)
 
+        async def ready() -> _Draft:
+            return draft
+
         context.after_commit(commit)
-        return Files(draft, durable=False)
+        return Files(ready, durable=False)
 
 
 _VIEWS: weakref.WeakKeyDictionary[ToolContext, dict[bool, Files]] = weakref.WeakKeyDictionary()
@@ -798,6 +833,10 @@ def virtual(*, durable: bool = True, limits: WorkspaceLimits | None = None) -> V
     return VirtualWorkspace(durable, limits if limits is not None else WorkspaceLimits())
 
 
+_CHANGE_ATTEMPTS = 5
+"""How often :meth:`Workspace.write` / :meth:`Workspace.remove` without ``expect_version``
+read the tree again after a concurrent change."""
+
 _DEFAULT = virtual()
 ToolContext.extend("fs", _DEFAULT.files)
 
@@ -812,11 +851,15 @@ async def _load(blobs: Blobs, entry: FileEntry) -> bytes:
 class Workspace:
     """Read, edit, export and import a session's durable workspace from outside a turn.
 
-    Each change is one append to the session log (after its new contents are stored as
-    blobs). ``expect_version`` makes it a compare-and-set: the change is refused with
-    :class:`~world_core.errors.ConflictError` (``expected``, ``actual``: tree versions) when
-    the tree is no longer at that version, for instance because a tool committed a change
-    since the app read it.
+    The tree is the session document :data:`TREE_DOCUMENT`, so the documents' rules hold:
+    each change set is one new version, appended once its new contents are stored as blobs,
+    and only if the tree is still at the version the change was made from; otherwise it is
+    refused with :class:`~world_core.errors.DocumentConflictError` (a
+    :class:`~world_core.errors.ConflictError`; ``expected`` and ``actual`` are tree versions)
+    and nothing is written. ``expect_version`` states the version the caller read (for
+    instance before showing the files to a person): the change is refused if a tool or
+    another app changed the tree since. :meth:`write` and :meth:`remove` without it apply
+    their one change to the latest tree, reading it again if it moved meanwhile.
 
     Args:
         world: the World the sessions live in.
@@ -828,11 +871,30 @@ class Workspace:
             raise InvalidArgumentError(f"limits must be WorkspaceLimits, got {limits!r}")
         self._world = world
         self._blobs = Blobs(world.stream)
+        self._documents = Documents(world)
         self.limits = limits if limits is not None else WorkspaceLimits()
 
     async def tree(self, session_id: str) -> FileTree:
         """The session's tree as committed now (version 0 and empty if never written)."""
-        return FileTree.from_json(await read_state(self._world, session_id, TREE_STATE))
+        version, document = await self._documents.read(session_id, TREE_DOCUMENT, TreeDocument)
+        return FileTree.from_document(version, document)
+
+    async def watch(
+        self, session_id: str, *, after_version: int = 0, idle_timeout: float | None = None
+    ) -> AsyncIterator[FileTree]:
+        """Every version of the tree after ``after_version``, then each new one as it commits
+        (see ``Documents.watch``: resume with the last version seen; stop by leaving the
+        loop, cancelling, or ``idle_timeout``)."""
+        versions = self._documents.watch(
+            session_id,
+            TREE_DOCUMENT,
+            TreeDocument,
+            after_version=after_version,
+            idle_timeout=idle_timeout,
+        )
+        async with aclosing(versions):
+            async for version, document in versions:
+                yield FileTree.from_document(version, document)
 
     async def _draft(self, session_id: str) -> _Draft:
         blobs = self._blobs
@@ -840,28 +902,35 @@ class Workspace:
 
     async def read(self, session_id: str, path: str) -> bytes:
         """A file's bytes."""
-        draft = await self._draft(session_id)
-        return await draft.read(normalize_path(path))
+        normal = normalize_path(path)
+        return await (await self._draft(session_id)).read(normal)
 
     async def read_text(self, session_id: str, path: str, encoding: str = "utf-8") -> str:
-        """A file's text."""
+        """A file's text.
+
+        Raises:
+            InvalidArgumentError: the bytes are not valid ``encoding``.
+        """
         data = await self.read(session_id, path)
         try:
             return data.decode(encoding)
         except UnicodeDecodeError as exc:
             raise InvalidArgumentError(f"{path!r} is not {encoding} text ({exc})") from None
 
-    async def list(self, session_id: str, path: str = "") -> list[str]:
+    async def list(self, session_id: str, path: str = "") -> builtins.list[str]:
         """The names in a directory, sorted."""
-        return (await self._draft(session_id)).children(normalize_path(path))
+        normal = normalize_path(path)
+        return (await self._draft(session_id)).children(normal)
 
     async def stat(self, session_id: str, path: str) -> FileStat:
         """Kind, size, mode and digest of the entry at ``path``."""
-        return (await self._draft(session_id)).stat(normalize_path(path))
+        normal = normalize_path(path)
+        return (await self._draft(session_id)).stat(normal)
 
     async def glob(self, session_id: str, pattern: str) -> builtins.list[str]:
         """Paths matching ``pattern`` (see :meth:`Files.glob`)."""
-        return (await self._draft(session_id)).glob(normalize_path(pattern, what="pattern"))
+        normal = normalize_path(pattern, what="pattern")
+        return (await self._draft(session_id)).glob(normal)
 
     async def snapshot(self, session_id: str) -> Snapshot:
         """The whole tree with its bytes."""
@@ -876,35 +945,61 @@ class Workspace:
         self, session_id: str, *, expect_version: int | None = None
     ) -> AsyncIterator[Files]:
         """Edit the tree as one change set: ``async with workspace.edit(s) as files:`` gives
-        a :class:`Files` over the latest tree; the changes are committed when the block
-        ends without an error (nothing is written when it raises or changes nothing).
+        a :class:`Files` over the latest tree (or the one at ``expect_version``); the changes
+        are committed when the block ends without an error, only if the tree is still at the
+        version the block started from. Nothing is written when the block raises or changes
+        nothing.
 
         Raises:
-            ConflictError: the tree is not at ``expect_version`` (on entry or at commit).
+            DocumentConflictError: the tree is not at ``expect_version`` (on entry), or moved
+                on before the commit.
         """
         draft = await self._draft(session_id)
-        self._check_version(draft.base, expect_version)
-        yield Files(draft, durable=True)
+        if expect_version is not None and draft.base.version != expect_version:
+            raise self._conflict(session_id, expect_version, draft.base.version)
+
+        async def ready() -> _Draft:
+            return draft
+
+        yield Files(ready, durable=True)
         await self._commit(session_id, draft)
 
-    @staticmethod
-    def _check_version(tree: FileTree, expect_version: int | None) -> None:
-        if expect_version is None or tree.version == expect_version:
-            return
-        raise ConflictError(
-            f"the workspace is at version {tree.version}, not {expect_version}: it changed "
-            "since you read it; read it again and redo your change",
-            expected=expect_version,
-            actual=tree.version,
+    def _conflict(self, session_id: str, expected: int, actual: int) -> DocumentConflictError:
+        return DocumentConflictError(
+            f"session {session_id!r}: the workspace is at version {actual}, not {expected}: "
+            "it changed since it was read; read it again and redo the change",
+            document=TREE_DOCUMENT,
+            expected=expected,
+            actual=actual,
         )
 
     async def _commit(self, session_id: str, draft: _Draft) -> None:
         if not draft.changed:
             return
         await draft.store_new(self._blobs)
-        current = await self.tree(session_id)
-        self._check_version(current, draft.base.version)
-        await write_state(self._world, session_id, TREE_STATE, draft.result().to_json())
+        await self._documents.put(
+            session_id,
+            TREE_DOCUMENT,
+            draft.result().document(),
+            expected_version=draft.base.version,
+        )
+
+    async def _change(
+        self,
+        session_id: str,
+        change: Callable[[Files], Awaitable[object]],
+        expect_version: int | None,
+    ) -> FileTree:
+        for attempt in range(_CHANGE_ATTEMPTS):
+            try:
+                async with self.edit(session_id, expect_version=expect_version) as files:
+                    await change(files)
+            except DocumentConflictError:
+                if expect_version is not None or attempt == _CHANGE_ATTEMPTS - 1:
+                    raise
+                continue
+            break
+        return await self.tree(session_id)
 
     async def write(
         self,
@@ -915,10 +1010,14 @@ class Workspace:
         mode: int | None = None,
         expect_version: int | None = None,
     ) -> FileTree:
-        """Create or replace one file; returns the new tree."""
-        async with self.edit(session_id, expect_version=expect_version) as files:
-            await files.write(path, data, mode=mode)
-        return await self.tree(session_id)
+        """Create or replace one file; returns the new tree.
+
+        Raises:
+            DocumentConflictError: the tree is not at ``expect_version``.
+        """
+        return await self._change(
+            session_id, lambda files: files.write(path, data, mode=mode), expect_version
+        )
 
     async def remove(
         self,
@@ -928,10 +1027,15 @@ class Workspace:
         recursive: bool = False,
         expect_version: int | None = None,
     ) -> FileTree:
-        """Remove a file or directory; returns the new tree."""
-        async with self.edit(session_id, expect_version=expect_version) as files:
-            await files.remove(path, recursive=recursive)
-        return await self.tree(session_id)
+        """Remove a file or directory (``recursive=True`` for a directory with content);
+        returns the new tree.
+
+        Raises:
+            DocumentConflictError: the tree is not at ``expect_version``.
+        """
+        return await self._change(
+            session_id, lambda files: files.remove(path, recursive=recursive), expect_version
+        )
 
     # -- tar and folders ----------------------------------------------------------------------
 
