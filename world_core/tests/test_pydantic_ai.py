@@ -13,19 +13,35 @@ points after the model request before the send and around the send itself.
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 import pytest
+from fastmcp.client.transports import StdioTransport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic_ai import Agent, FunctionToolset, RunContext, Tool
+from pydantic_ai import Agent, AgentStreamEvent, FunctionToolset, RunContext, Tool
 from pydantic_ai.capabilities import RequestInput
+from pydantic_ai.durable_exec import (
+    JSON_CODEC,
+    CapabilityOperationId,
+    DurableOperationId,
+    EventStreamHandlerId,
+    ModelCancelSuspendedResponseId,
+    ModelCompactMessagesId,
+    ModelRequestId,
+    ToolsetCallToolId,
+    ToolsetGetInstructionsId,
+    ToolsetGetToolsId,
+    ToolsetValidateToolArgumentsId,
+)
+from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -38,6 +54,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
+from pydantic_ai.models.test import TestModel
 from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.toolsets._dynamic import DynamicToolset
 
@@ -526,3 +543,208 @@ async def test_dynamic_toolset_calls_are_labelled_steps(local: World, sink: Sink
     ]
     assert recorded[2]["result"]["interrupted"] is True  # the model was told it may have run
     assert reply == "pinged"
+
+
+async def test_mcp_tool_calls_are_labelled_steps(local: World, tmp_path: Path) -> None:
+    """A real MCP server over stdio: discovery is a safe step, ``stamp`` a never step that
+    is not run again after a crash that lost its outcome."""
+    stamps = tmp_path / "stamps.jsonl"
+    server = Path(__file__).with_name("mcp_stamp_server.py")
+    transport = StdioTransport(
+        command=sys.executable, args=[str(server)], env={"MCP_SINK": str(stamps)}
+    )
+
+    def policy(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("stamp", {"label": "ok"}, "c1")])
+        return ModelResponse(parts=[TextPart("stamped")])
+
+    agent = Agent(
+        FunctionModel(policy, model_name="scripted"),
+        name="stamper",
+        toolsets=[MCPToolset(transport, id="stamps")],
+        capabilities=[WorldDurability(tools={"stamp": {"replay": "never", "timeout": 20}})],
+    )
+    await Client(local).submit("s", MESSAGE, turn_id=TURN)
+    with anyio.fail_after(60):
+        crash = CrashPoint(2, "after_run", in_process=True)  # stamped; its outcome is lost
+        with pytest.raises(SimulatedCrash):
+            await run_turn(local, "s", agent, crash=crash)
+        assert await run_turn(local, "s", agent, clock=later) == "stamped"
+    assert stamps.read_text().splitlines() == ['{"label": "ok"}']  # once
+    recorded = await outcomes(local, "s")
+    assert [(o["kind"], o["name"]) for o in recorded][:3] == [
+        ("tool", "stamper__mcp_server__stamps.get_tools"),
+        ("model", "stamper__model.request"),
+        ("tool", "stamper__mcp_server__stamps.call_tool"),
+    ]
+    assert recorded[2]["result"]["interrupted"] is True
+
+
+# -- names: persisted compatibility data ----------------------------------------------------
+
+
+NAMES = {
+    "compat__model.request",
+    "compat__model.request.registered",
+    "compat__model.request_stream",
+    "compat__model.request_stream.registered",
+    "compat__model.cancel_suspended_response",
+    "compat__model.cancel_suspended_response.registered",
+    "compat__model.compact_messages",
+    "compat__model.compact_messages.registered",
+    "compat__event_stream_handler",
+    "compat__function_toolset__functions.call_tool:function_tool",
+    "compat__function_toolset__functions.validate_args",
+    "compat__mcp_server__mcp.get_tools",
+    "compat__mcp_server__mcp.get_instructions",
+    "compat__mcp_server__mcp.call_tool",
+    "compat__dynamic_toolset__dynamic.get_tools",
+    "compat__dynamic_toolset__dynamic.call_tool:dynamic_tool",
+    "compat__dynamic_toolset__dynamic.validate_args",
+    "compat__capability__compat.operation",
+}
+"""Every step name the engine gives an agent named ``compat`` (pydantic-ai's journal naming
+convention). They are in open turns' journals: a change makes their replays diverge. Never
+edit this set to follow a rename; migrate open turns instead."""
+
+
+def _operation_ids() -> list[DurableOperationId]:
+    return [
+        ModelRequestId(None, streaming=False, model_name="test"),
+        ModelRequestId("registered", streaming=False, model_name="test"),
+        ModelRequestId(None, streaming=True, model_name="test"),
+        ModelRequestId("registered", streaming=True, model_name="test"),
+        ModelCancelSuspendedResponseId(None, model_name="test"),
+        ModelCancelSuspendedResponseId("registered", model_name="test"),
+        ModelCompactMessagesId(None, model_name="test"),
+        ModelCompactMessagesId("registered", model_name="test"),
+        EventStreamHandlerId(),
+        ToolsetCallToolId("function", toolset_id="functions"),
+        ToolsetValidateToolArgumentsId("function", toolset_id="functions"),
+        ToolsetGetToolsId("mcp", toolset_id="mcp"),
+        ToolsetGetInstructionsId("mcp"),
+        ToolsetCallToolId("mcp", toolset_id="mcp"),
+        ToolsetGetToolsId("dynamic", toolset_id="dynamic"),
+        ToolsetCallToolId("dynamic", toolset_id="dynamic"),
+        ToolsetValidateToolArgumentsId("dynamic", toolset_id="dynamic"),
+        CapabilityOperationId("compat", operation="operation"),
+    ]
+
+
+def _label(operation_id: DurableOperationId) -> str | None:
+    if isinstance(operation_id, ToolsetCallToolId | ToolsetValidateToolArgumentsId):
+        return {"function": "function_tool", "mcp": "mcp_tool", "dynamic": "dynamic_tool"}[
+            operation_id.toolset_kind
+        ]
+    return None
+
+
+def test_the_step_name_of_every_operation_is_pinned() -> None:
+    """The name matrix: every kind of operation, named by the engine's backend."""
+    agent = Agent(TestModel(), name="compat", capabilities=[WorldDurability()])
+    durability = WorldDurability.from_agent(agent)
+    assert durability is not None
+    namer = durability.get_durable_operation_backend()._namer
+    names = {
+        namer.invocation_name(operation_id, label=_label(operation_id)).operation_name
+        for operation_id in _operation_ids()
+    }
+    assert names == NAMES
+
+
+def test_every_toolset_kind_is_wrapped_when_the_agent_is_built(tmp_path: Path) -> None:
+    async def function_tool() -> str:
+        """Declared only."""
+        return "function"
+
+    functions = FunctionToolset([function_tool], id="functions")
+    dynamic = DynamicToolset(lambda _: FunctionToolset([function_tool]), id="dynamic")
+    mcp = MCPToolset(StdioTransport(command=sys.executable, args=["-c", "pass"]), id="mcp")
+    agent = Agent(
+        TestModel(),
+        name="compat",
+        toolsets=[functions, dynamic, mcp],
+        capabilities=[WorldDurability(tools={"function_tool": {"replay": "safe"}})],
+    )
+    durability = WorldDurability.from_agent(agent)
+    assert durability is not None
+    kinds = {type(ts).__name__ for ts in durability._toolsets_by_id.values()}
+    assert kinds == {"DurableFunctionToolset", "DurableDynamicToolset", "DurableMCPToolset"}
+
+
+async def test_the_step_sequence_of_a_run_is_pinned(local: World) -> None:
+    """The names a run journals, in order (the assembly sequence): function and dynamic
+    toolsets, an event-stream handler."""
+    handled: list[str] = []
+
+    async def function_tool() -> str:
+        """A function tool."""
+        return "function"
+
+    async def dynamic_tool() -> str:
+        """A dynamic tool."""
+        return "dynamic"
+
+    async def handler(ctx: RunContext[None], stream: AsyncIterable[AgentStreamEvent]) -> None:
+        async for event in stream:
+            handled.append(type(event).__name__)
+
+    agent = Agent(
+        TestModel(),
+        name="compat",
+        toolsets=[
+            FunctionToolset([function_tool], id="functions"),
+            DynamicToolset(lambda _: FunctionToolset([dynamic_tool]), id="dynamic"),
+        ],
+        capabilities=[
+            WorldDurability(
+                tools={"function_tool": {"replay": "safe"}, "dynamic_tool": {"replay": "never"}},
+                event_stream_handler=handler,
+            )
+        ],
+    )
+    await Client(local).submit("s", "Call every tool", turn_id=TURN)
+    reply = await run_turn(local, "s", agent)
+    assert reply == '{"function_tool":"function","dynamic_tool":"dynamic"}'
+    names = [o["name"] for o in await outcomes(local, "s")]
+    assert names == [
+        "compat__dynamic_toolset__dynamic.get_tools",
+        "compat__model.request_stream",
+        "compat__event_stream_handler",
+        "compat__event_stream_handler",
+        "compat__function_toolset__functions.call_tool:function_tool",
+        "compat__event_stream_handler",  # sequential tools: each result before the next call
+        "compat__dynamic_toolset__dynamic.call_tool:dynamic_tool",
+        "compat__event_stream_handler",
+        "compat__dynamic_toolset__dynamic.get_tools",
+        "compat__model.request_stream",
+    ]
+    assert set(names) <= NAMES
+    assert handled  # the handler saw the events, each delivery a step
+
+
+def test_the_engine_spec_is_deliberate() -> None:
+    spec = WorldDurability.engine_spec
+    assert (spec.engine_name, spec.durable_unit_noun, spec.durable_container_noun) == (
+        "world",
+        "step",
+        "turn",
+    )
+    assert spec.codec is JSON_CODEC
+    assert spec.tool_config_key == "world"
+    assert spec.sequential_tools_in_durable_context is True  # steps are numbered in call order
+    assert spec.tool_call_result_upgrade_lenient is False
+    assert spec.unsupported_runtime_toolset_kinds == {"function", "mcp", "dynamic"}
+
+
+async def test_recorded_tool_results_keep_their_wire_shape(local: World, sink: Sink) -> None:
+    """A tool step's outcome is pydantic-ai's recorded result in JSON: pinned, since replays
+    of open turns read it back."""
+    await Client(local).submit("s", MESSAGE, turn_id=TURN)
+    await run_turn(local, "s", make_agent(sink))
+    recorded = await outcomes(local, "s")
+    assert recorded[1]["result"] == {
+        "output": {"result": "the note says: ship it", "kind": "tool_return"}
+    }
+    assert recorded[0]["result"]["output"]["parts"][0]["part_kind"] == "tool-call"
