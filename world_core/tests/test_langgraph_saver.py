@@ -1,0 +1,306 @@
+"""WorldCheckpointSaver beyond LangGraph's conformance suite, and durable_tool, on the local
+World: the sync API from threads, generations a crash left half-written, refusals, and the
+journal's safe/never rules for calls inside LangGraph tasks."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import anyio
+import anyio.to_thread
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+from langgraph.graph import END, START, StateGraph
+
+from world_core import (
+    POSSIBLY_RAN,
+    InvalidArgumentError,
+    NewEvent,
+    PossiblyRanError,
+    SimulatedCrash,
+    ToolError,
+    World,
+    open_world,
+)
+from world_core.integrations.langgraph import WorldCheckpointSaver, durable_tool
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with open_world("local", url=str(tmp_path / "world"), namespace="lg") as opened:
+        yield opened
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _graph(saver: WorldCheckpointSaver, node: Any) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("work", node)
+    builder.add_edge(START, "work")
+    builder.add_edge("work", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _thread(name: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": name}}
+
+
+# -- the saver -------------------------------------------------------------------------------
+
+
+async def test_a_sync_graph_runs_in_a_worker_thread_while_the_loop_serves_the_world(
+    world: World,
+) -> None:
+    saver = WorldCheckpointSaver(world)
+    graph = _graph(saver, lambda state: {"log": ["ran"]})
+
+    def invoke() -> Any:
+        return graph.invoke({"log": []}, _thread("sync"))
+
+    state = await anyio.to_thread.run_sync(invoke)
+    assert state["log"] == ["ran"]
+    latest = await saver.aget_tuple(_thread("sync"))
+    assert latest is not None
+    assert latest.checkpoint["channel_values"]["log"] == ["ran"]
+    listed = await anyio.to_thread.run_sync(lambda: list(saver.list(_thread("sync"))))
+    assert listed[0].checkpoint["id"] == latest.checkpoint["id"]
+
+
+async def test_a_sync_method_on_the_loop_thread_says_to_use_the_async_api(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    with pytest.raises(RuntimeError, match=r"ainvoke"):
+        saver.get_tuple(_thread("t"))
+
+
+def test_blocking_opens_a_world_for_code_without_an_event_loop(tmp_path: Path) -> None:
+    url = str(tmp_path / "world")
+    with WorldCheckpointSaver.blocking("local", url=url, namespace="lg") as saver:
+        graph = _graph(saver, lambda state: {"log": ["ran"]})
+        assert graph.invoke({"log": []}, _thread("plain"))["log"] == ["ran"]
+        assert graph.invoke({"log": []}, _thread("plain"))["log"] == ["ran", "ran"]
+        assert len(list(saver.list(_thread("plain")))) == 6  # input, loop, per invoke
+    with pytest.raises(RuntimeError):  # its loop and World are closed
+        saver.get_tuple(_thread("plain"))
+
+
+def test_a_saver_whose_event_loop_ended_refuses_sync_calls(tmp_path: Path) -> None:
+    async def make() -> WorldCheckpointSaver:
+        async with open_world("local", url=str(tmp_path / "w"), namespace="lg") as opened:
+            return WorldCheckpointSaver(opened)
+
+    saver = anyio.run(make)  # its loop is gone
+    with pytest.raises(RuntimeError):
+        saver.get_tuple(_thread("t"))
+
+
+async def test_bad_configs_are_refused_naming_what_to_pass(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    with pytest.raises(InvalidArgumentError, match="thread_id"):
+        await saver.aget_tuple({"configurable": {}})
+    with pytest.raises(InvalidArgumentError, match="configurable"):
+        await saver.aget_tuple({})
+    with pytest.raises(InvalidArgumentError, match="checkpoint_id"):
+        await saver.aput_writes(_thread("t"), [("ch", 1)], "task")
+    with pytest.raises(InvalidArgumentError, match="strategy"):
+        await saver.aprune(["t"], strategy="keep_some")
+    with pytest.raises(InvalidArgumentError, match="limit"):
+        _ = [t async for t in saver.alist(_thread("t"), limit=-1)]
+    with pytest.raises(InvalidArgumentError, match="World"):
+        WorldCheckpointSaver("local")  # type: ignore[arg-type]
+
+
+async def _put(saver: WorldCheckpointSaver, thread: str, parent: RunnableConfig | None) -> Any:
+    config = generate_config(thread)
+    if parent is not None:
+        config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+    return await saver.aput(config, generate_checkpoint(), generate_metadata(), {})
+
+
+async def test_a_generation_a_crash_left_half_written_is_ignored(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    first = await _put(saver, "t", None)
+    second = await _put(saver, "t", first)
+    # A prune that died after its first batch: a newer generation, never marked ready.
+    stray = "langgraph/1:t/0:/00000007"
+    await world.log.append(stray, [NewEvent(data=b'{"t":"c"}', key="c/x")], status="building")
+    latest = await saver.aget_tuple(_thread("t"))
+    assert latest is not None
+    assert latest.config["configurable"]["checkpoint_id"] == second["configurable"]["checkpoint_id"]
+    await saver.aprune(["t"], strategy="keep_latest")
+    listed = [t async for t in saver.alist(_thread("t"))]
+    assert [t.config for t in listed] == [second]
+    page = await world.log.list_logs(prefix="langgraph/1:t/")
+    assert [i.status for i in page.items] == ["ready"]  # the stray is gone too
+    await saver.adelete_thread("t")
+    assert (await world.log.list_logs(prefix="langgraph/")).items == []
+
+
+async def test_list_across_threads_with_filter_before_and_limit(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    a1 = await _put(saver, "a", None)
+    a2 = await _put(saver, "a", a1)
+    b1 = await _put(saver, "b", None)
+    everything = [t.config async for t in saver.alist(None)]
+    assert everything == [a2, a1, b1]
+    assert [t.config async for t in saver.alist(None, limit=2)] == [a2, a1]
+    assert [t.config async for t in saver.alist(None, limit=0)] == []
+    assert [t.config async for t in saver.alist(_thread("a"), before=a2)] == [a1]
+    assert [t.config async for t in saver.alist(None, filter={"source": "nothing"})] == []
+    assert [t.config async for t in saver.alist(a1)] == [a1]  # one checkpoint by its id
+
+
+async def test_copy_thread_into_a_thread_with_checkpoints_is_refused(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    await _put(saver, "a", None)
+    await _put(saver, "b", None)
+    with pytest.raises(InvalidArgumentError, match="delete_thread"):
+        await saver.acopy_thread("a", "b")
+
+
+async def test_a_checkpoint_id_is_written_once(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    checkpoint = generate_checkpoint()
+    config = generate_config("t")
+    await saver.aput(config, checkpoint, generate_metadata(), {})
+    await saver.aput(config, checkpoint, generate_metadata(), {})  # a retry: the same content
+    with pytest.raises(InvalidArgumentError, match="written once"):
+        await saver.aput(config, checkpoint, generate_metadata(step=9), {})
+
+
+# -- durable_tool --------------------------------------------------------------------------
+
+
+async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    effects: list[str] = []
+    crash = [True]
+
+    async def send(to: str) -> str:
+        effects.append(to)
+        if crash[0]:
+            raise SimulatedCrash("killed after the effect, before its outcome")
+        return f"sent to {to}"
+
+    durable_send = durable_tool(send, replay="never", saver=saver, timeout=0.2)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        try:
+            return {"log": [await durable_send("ada")]}
+        except PossiblyRanError as exc:
+            return {"log": [exc.error]}
+
+    graph = _graph(saver, node)
+    with pytest.raises(SimulatedCrash):
+        await graph.ainvoke({"log": []}, _thread("t"))
+    crash[0] = False
+    with anyio.fail_after(30):
+        state = await graph.ainvoke(None, _thread("t"))  # the super-step runs again
+    assert state["log"] == [POSSIBLY_RAN]
+    assert effects == ["ada"]  # at most once
+
+
+async def test_a_finished_call_is_read_back_when_its_task_runs_again(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    calls: list[int] = []
+    crash = [True]
+
+    def model(question: str) -> dict[str, Any]:
+        calls.append(1)
+        return {"answer": question.upper()}
+
+    durable_model = durable_tool(model, replay="safe", saver=saver)
+
+    def node(state: State) -> dict[str, list[str]]:
+        first = durable_model("a")
+        if crash[0]:
+            raise SimulatedCrash("killed after the reply was recorded")
+        return {"log": [first["answer"], durable_model("b")["answer"]]}
+
+    graph = _graph(saver, node)
+    with pytest.raises(SimulatedCrash):
+        await anyio.to_thread.run_sync(lambda: graph.invoke({"log": []}, _thread("t")))
+    crash[0] = False
+    state = await anyio.to_thread.run_sync(lambda: graph.invoke(None, _thread("t")))
+    assert state["log"] == ["A", "B"]
+    assert len(calls) == 2  # "a" once, read back; then "b"
+
+
+async def test_a_failed_call_is_recorded_and_raised_again_without_running(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    runs: list[int] = []
+    crash = [True]
+
+    async def refund() -> str:
+        runs.append(1)
+        raise ValueError("card declined")
+
+    durable_refund = durable_tool(refund, replay="never", saver=saver, timeout=5)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        try:
+            await durable_refund()
+        except ToolError as exc:
+            if crash[0]:
+                raise SimulatedCrash("killed after the failure was recorded") from exc
+            return {"log": [exc.error]}
+        return {"log": ["refunded"]}
+
+    graph = _graph(saver, node)
+    with pytest.raises(SimulatedCrash):
+        await graph.ainvoke({"log": []}, _thread("t"))
+    crash[0] = False
+    state = await graph.ainvoke(None, _thread("t"))
+    assert state["log"] == ["ValueError: card declined"]
+    assert runs == [1]
+
+
+async def test_durable_tool_refuses_bad_arguments_and_calls_outside_a_node(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+
+    def send() -> None: ...
+
+    with pytest.raises(InvalidArgumentError, match="replay"):
+        durable_tool(send, replay="sometimes", saver=saver)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="timeout"):
+        durable_tool(send, replay="never", saver=saver, timeout=0)
+    with pytest.raises(InvalidArgumentError, match="finite"):
+        durable_tool(send, replay="never", saver=saver, timeout=float("inf"))
+    with pytest.raises(InvalidArgumentError, match="saver"):
+        durable_tool(send, replay="never", saver=world)  # type: ignore[arg-type]
+    wrapped = durable_tool(send, replay="safe", saver=saver)
+    with pytest.raises(RuntimeError, match="outside a LangGraph node"):
+        await anyio.to_thread.run_sync(wrapped)
+
+
+async def test_delete_thread_deletes_the_durable_records_too(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+
+    async def effect() -> str:
+        return "done"
+
+    durable_effect = durable_tool(effect, replay="never", saver=saver)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        return {"log": [await durable_effect()]}
+
+    await _graph(saver, node).ainvoke({"log": []}, _thread("t"))
+    assert (await world.log.list_logs(prefix="langgraph-steps/")).items != []
+    await saver.adelete_thread("t")
+    assert (await world.log.list_logs(prefix="langgraph")).items == []
