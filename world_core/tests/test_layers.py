@@ -14,6 +14,7 @@ LAYERS = [
     ("base", ["spi.py", "errors.py", "_select.py"]),
     ("journal", ["journal"]),
     ("workspace", ["workspace"]),
+    ("observe", ["observe"]),
 ]
 LAYER_OF_MODULE = {
     "world_core.spi": "base",
@@ -21,6 +22,7 @@ LAYER_OF_MODULE = {
     "world_core._select": "base",
     "world_core.journal": "journal",
     "world_core.workspace": "workspace",
+    "world_core.observe": "observe",
 }
 ORDER = [name for name, _ in LAYERS]
 

@@ -51,9 +51,12 @@ function stepRow(turn, step, span, start, run) {
   const mine = step.attempts.find((a) => a.run === run && a.status !== "replayed");
   const status = mine ? mine.status : step.status;
   const bar = el("div", { class: "bar" });
-  if (span > 0 && step.started_at != null && start != null) {
-    const left = ((step.started_at - start) / span) * 100;
-    const width = (((step.ended_at ?? step.started_at) - step.started_at) / span) * 100;
+  // This run's own attempt when it has one (a cut-off attempt ends where the run stopped).
+  const from = mine && mine.started_at != null ? mine.started_at : step.started_at;
+  const to = mine ? mine.ended_at ?? from : step.ended_at ?? from;
+  if (span > 0 && from != null && start != null) {
+    const left = ((from - start) / span) * 100;
+    const width = ((to - from) / span) * 100;
     bar.style.left = `${Math.max(0, left)}%`;
     bar.style.width = `${Math.max(0.5, width)}%`;
   }
