@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from world_conformance.journal_history import JournalHistoryContract
     from world_conformance.journal_order import JournalOrderContract
     from world_conformance.journal_resilience import JournalResilienceContract
+    from world_conformance.journal_shell import JournalShellContract
     from world_conformance.journal_waits import (
         JournalChildContract,
         JournalSignalContract,
@@ -64,6 +65,7 @@ __all__ = [
     "JournalHistoryContract",
     "JournalOrderContract",
     "JournalResilienceContract",
+    "JournalShellContract",
     "JournalSignalContract",
     "JournalTimerContract",
     "JournalVersioningContract",
@@ -95,6 +97,7 @@ _HOME = {
     "JournalHistoryContract": "journal_history",
     "JournalOrderContract": "journal_order",
     "JournalResilienceContract": "journal_resilience",
+    "JournalShellContract": "journal_shell",
     "JournalSignalContract": "journal_waits",
     "JournalTimerContract": "journal_waits",
     "JournalVersioningContract": "journal_waits",

@@ -17,6 +17,7 @@ from world_conformance.journal import JournalContract
 from world_conformance.journal_history import JournalHistoryContract
 from world_conformance.journal_order import JournalOrderContract
 from world_conformance.journal_resilience import JournalResilienceContract
+from world_conformance.journal_shell import JournalShellContract
 from world_conformance.journal_waits import (
     JournalChildContract,
     JournalSignalContract,
@@ -48,6 +49,7 @@ class WorldContract(
     JournalVersioningContract,
     JournalChildContract,
     JournalHistoryContract,
+    JournalShellContract,
     DocumentsContract,
     WorkspaceContract,
 ):
