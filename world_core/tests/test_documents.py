@@ -37,6 +37,7 @@ from world_core.errors import (
     InvalidArgumentError,
     ToolError,
 )
+from world_core.journal._session import CONTINUED_KEY, generation_log_id
 from world_core.spi import Event, NewEvent
 from world_core.workspace._documents import MAX_DELTAS, diff, head_log_id, patch
 
@@ -285,7 +286,8 @@ async def test_a_crash_around_an_editing_step_leaves_the_document_of_a_clean_run
             if crash is not None:
                 with pytest.raises(SimulatedCrash):
                     await run(world, crash)
-                await anyio.sleep(1.3)  # a never call's deadline (and the clock margin) passes
+                if replay == "never":  # its deadline (and the clock margin) must pass
+                    await anyio.sleep(1.3)
             await run(world, None)
             return await Documents(world).read("s", "todo", Todo)
 
@@ -461,3 +463,95 @@ async def test_watch_follows_live_and_resumes_from_a_version(world: World) -> No
             v async for v, _ in docs.watch("s", "todo", Todo, after_version=3, idle_timeout=0.2)
         ]
     assert resumed == [4]
+
+
+# -- the head log is derived data ------------------------------------------------------------------
+
+
+async def test_a_lost_head_log_is_rebuilt_from_the_session_log_across_generations(
+    world: World,
+) -> None:
+    """A crash between a version's commit and its copy to the head log, an exported and
+    imported session, or a deleted head log: the next read copies the versions over, following
+    the session's generations (continue-as-new)."""
+    docs = Documents(world)
+    await docs.put("s", "todo", Todo(items=["a"]))
+    await docs.put("s", "todo", Todo(items=["a", "b"]))
+    continuation = generation_log_id("s", 1, "test")
+    marker = NewEvent(
+        key=CONTINUED_KEY, data=json.dumps({"t": "continued", "to": continuation}).encode()
+    )
+    await world.log.append(LOG, [marker])
+    assert await docs.put("s", "todo", Todo(items=["a", "b", "c"])) == 3
+    assert await world.log.get(continuation, "doc/todo/v/3") is not None
+    await world.log.delete(head_log_id("s", "todo"))
+    assert await docs.read("s", "todo", Todo) == (3, Todo(items=["a", "b", "c"]))
+    assert await world.log.tail(head_log_id("s", "todo")) == 3
+    seen = [v async for v, _ in docs.watch("s", "todo", Todo, idle_timeout=0.1)]
+    assert seen == [1, 2, 3]
+
+
+async def test_one_call_editing_two_documents_saves_both_or_neither(world: World) -> None:
+    docs = Documents(world)
+    await docs.put("s", "b", Todo(items=["b0"]))
+    journal = await _turn(world)
+    conflict = {"on": True}
+
+    def edit_both(context: ToolContext) -> str:
+        """Edit two lists."""
+        a = context.docs.get("a", Todo) or Todo()
+        b = context.docs.get("b", Todo) or Todo()
+        if conflict["on"]:
+            anyio.from_thread.run(docs.put, "s", "b", Todo(items=["app"]))
+        context.docs.put("a", Todo(items=[*a.items, "x"]))
+        context.docs.put("b", Todo(items=[*b.items, "x"]))
+        return "edited"
+
+    with pytest.raises(ToolError, match="document 'b' changed"):
+        await journal.call(tool(edit_both, replay="never"), {})
+    assert await docs.read("s", "a", Todo) == (0, None)  # neither saved
+    assert await docs.read("s", "b", Todo) == (2, Todo(items=["app"]))
+    conflict["on"] = False
+    assert await journal.call(tool(edit_both, replay="never"), {}) == "edited"
+    assert await docs.read("s", "a", Todo) == (1, Todo(items=["x"]))
+    assert await docs.read("s", "b", Todo) == (3, Todo(items=["app", "x"]))
+
+
+async def test_a_tools_reads_are_repeatable_and_see_its_own_edits(world: World) -> None:
+    docs = Documents(world)
+    await docs.put("s", "todo", Todo(items=["a"]))
+    journal = await _turn(world)
+    runs: list[int] = []
+
+    async def look(context: ToolContext) -> list[Any]:
+        """Read, let the app write, read again, edit, read again."""
+        runs.append(1)
+        first = await context.docs.read("todo", Todo)
+        if len(runs) == 1:
+            await docs.put("s", "todo", Todo(items=["app"]))
+        again = context.docs.get("todo", Todo)  # in the event loop: the version already read
+        version = await context.docs.version("todo")
+        context.docs.put("todo", Todo(items=["mine"]))
+        mine = await context.docs.read("todo", Todo)
+        return [first, again, version, mine]
+
+    seen = await journal.call(tool(look, replay="safe"), {})
+    assert len(runs) == 2  # the first run's edit conflicted with the app's
+    app = {"items": ["app"]}
+    assert seen == [app, app, 2, {"items": ["mine"]}]
+    assert await docs.read("s", "todo", Todo) == (3, Todo(items=["mine"]))
+
+
+async def test_a_blind_put_from_a_tool_is_based_on_the_version_at_commit(world: World) -> None:
+    docs = Documents(world)
+    await docs.put("s", "todo", Todo(items=["a"]))
+    journal = await _turn(world)
+
+    def overwrite(context: ToolContext) -> str:
+        """Replace the list without reading it."""
+        anyio.from_thread.run(docs.put, "s", "todo", Todo(items=["app"]))
+        context.docs.put("todo", Todo(items=["tool"]))
+        return "done"
+
+    assert await journal.call(tool(overwrite, replay="never"), {}) == "done"
+    assert await docs.read("s", "todo", Todo) == (3, Todo(items=["tool"]))
