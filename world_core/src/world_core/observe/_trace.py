@@ -329,7 +329,9 @@ def trace_events(
     for log_id, events in logs:
         for event in events:
             body = _body(event)
-            if body is None or "turn" not in body:
+            if body is None or body.get("t") not in _TURN_EVENTS:
+                continue
+            if not isinstance(body.get("turn"), str):
                 continue
             what, name = body.get("t"), str(body.get("turn"))
             at = _time(body.get("at"))
@@ -562,6 +564,7 @@ def _turn_trace(session: str, entry: _TurnEvents, content: bool) -> TurnTrace:
 
 
 _WAIT_KINDS = ("timer", "signal", "approval", "child")
+_TURN_EVENTS = ("input", "intent", "outcome", "reply", "failure")
 
 
 def _is_wait_intent(entry: _TurnEvents, step: int, run: _Run) -> bool:
