@@ -19,6 +19,7 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import RetryPolicy
 
 from world_core import (
     POSSIBLY_RAN,
@@ -304,3 +305,58 @@ async def test_delete_thread_deletes_the_durable_records_too(world: World) -> No
     assert (await world.log.list_logs(prefix="langgraph-steps/")).items != []
     await saver.adelete_thread("t")
     assert (await world.log.list_logs(prefix="langgraph")).items == []
+
+
+async def test_a_retry_policy_attempt_reads_back_the_never_call_of_the_attempt_before(
+    world: World,
+) -> None:
+    saver = WorldCheckpointSaver(world)
+    effects: list[int] = []
+    model_calls: list[int] = []
+
+    async def charge() -> str:
+        effects.append(1)
+        return "charged"
+
+    async def model() -> str:
+        model_calls.append(1)
+        if len(model_calls) == 1:
+            raise ConnectionError("provider outage")  # a safe call's failure: not recorded
+        return "answer"
+
+    durable_charge = durable_tool(charge, replay="never", saver=saver)
+    durable_model = durable_tool(model, replay="safe", saver=saver)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        charged = await durable_charge()
+        return {"log": [charged, await durable_model()]}
+
+    builder = StateGraph(State)
+    builder.add_node("work", node, retry_policy=RetryPolicy(initial_interval=0.01, jitter=False))
+    builder.add_edge(START, "work")
+    builder.add_edge("work", END)
+    state = await builder.compile(checkpointer=saver).ainvoke({"log": []}, _thread("t"))
+    assert state["log"] == ["charged", "answer"]
+    assert effects == [1]  # the second attempt read the charge back
+    assert len(model_calls) == 2  # the failed model call ran again
+
+
+async def test_an_async_never_call_past_its_deadline_is_cut_off_and_may_have_run(
+    world: World,
+) -> None:
+    saver = WorldCheckpointSaver(world)
+
+    async def slow() -> str:
+        await anyio.sleep(30)
+        return "late"
+
+    durable_slow = durable_tool(slow, replay="never", saver=saver, timeout=0.1)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        with pytest.raises(PossiblyRanError):
+            await durable_slow()
+        return {"log": ["cut off"]}
+
+    with anyio.fail_after(20):
+        state = await _graph(saver, node).ainvoke({"log": []}, _thread("t"))
+    assert state["log"] == ["cut off"]

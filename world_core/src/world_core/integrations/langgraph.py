@@ -851,14 +851,20 @@ def _place(name: str, key: str | None) -> _Call:
             "node (or a tool a node runs) of a graph compiled with a checkpointer"
         ) from exc
     thread_id = _thread_id(config, "the node's config")
-    task = str(_configurable(config).get("checkpoint_ns") or "")
+    configurable = _configurable(config)
+    task = str(configurable.get("checkpoint_ns") or "")
     if key is None:
+        # Positions count per attempt of the task: a RetryPolicy's next attempt starts at 0
+        # again, and so finds the earlier attempt's records.
+        runtime = configurable.get("__pregel_runtime")
+        attempt = getattr(getattr(runtime, "execution_info", None), "node_attempt", 1)
         counts = _calls.get()
         if counts is None:
             counts = {}
             _calls.set(counts)
-        n = counts.get(task, 0)
-        counts[task] = n + 1
+        counter = f"{task}#{attempt}/{name}"
+        n = counts.get(counter, 0)
+        counts[counter] = n + 1
         key = str(n)
     return _Call(thread_id, validate_id(f"{task}/{name}/{key}", "durable call key"))
 
@@ -913,8 +919,9 @@ def durable_tool(
 
     A call's place is its thread, its task (the task's ``checkpoint_ns``, which LangGraph
     derives from the checkpoint the super-step started from, so a task that runs again after
-    a crash has the same one) and the call's position among this tool's calls in the task
-    (or ``key(*args, **kwargs)``, for calls made concurrently). The rules, as the journal's:
+    a crash has the same one) and the call's position among this tool's calls in the task's
+    attempt (or ``key(*args, **kwargs)``, for calls a task makes concurrently, whose order is
+    not fixed). The rules, as the journal's:
 
     * Outcome recorded: return it (or raise the recorded error) without calling ``fn``.
     * ``replay="safe"``: call, then record the outcome at once. A task that runs again after
@@ -928,9 +935,15 @@ def durable_tool(
       message is :data:`~world_core.POSSIBLY_RAN`, for the model). At most one run of ``fn``
       per place, whatever crashes.
 
-    ``fn``'s exceptions are recorded and raised as :class:`~world_core.ToolError` (for
-    ``never`` calls too: the call happened). Results are stored with the saver's serializer
-    (LangChain messages, pydantic models and JSON values round-trip).
+    An exception from a ``never`` call is its recorded outcome (the call happened): it is
+    raised as :class:`~world_core.ToolError` now and on every later run of the task, a
+    ``RetryPolicy``'s next attempt included (to try again, make it another call: another
+    task, or another ``key``). An async ``never`` call still running at its deadline is
+    cancelled and counts as cut off (:class:`~world_core.PossiblyRanError`); a sync one cannot
+    be stopped, so give its client a shorter timeout. An exception from a ``safe`` call
+    (a model provider's outage) records nothing and propagates: a retry calls again.
+    Results are stored with the saver's serializer (LangChain messages, pydantic models and
+    JSON values round-trip).
 
     Args:
         fn: the function; the wrapper has its signature.
@@ -1020,7 +1033,13 @@ def durable_tool(
                             value = await run_async(*args, **kwargs)
                     else:
                         value = await run_async(*args, **kwargs)
-                except Exception as exc:  # the call's outcome, recorded
+                except TimeoutError:
+                    if replay == "safe":
+                        raise
+                    body = {"interrupted": True}  # cut off at its deadline: may have happened
+                except Exception as exc:
+                    if replay == "safe":
+                        raise  # nothing recorded: it runs again, as an interrupted one would
                     body = record(error=exc)
                 else:
                     body = record(value)
@@ -1038,7 +1057,9 @@ def durable_tool(
         if outcome is None:
             try:
                 value = fn(*args, **kwargs)
-            except Exception as exc:  # the call's outcome, recorded
+            except Exception as exc:
+                if replay == "safe":
+                    raise  # nothing recorded: it runs again, as an interrupted one would
                 body = record(error=exc)
             else:
                 body = record(value)
