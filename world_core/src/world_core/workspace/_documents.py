@@ -174,7 +174,14 @@ def _dump(value: BaseModel) -> Any:
         raise InvalidArgumentError(
             f"a document is a pydantic model instance, got {type(value).__name__}"
         )
-    return value.model_dump(mode="json")
+    raw = value.model_dump(mode="json")
+    try:
+        canonical_json(raw)
+    except ValueError as exc:  # NaN or infinity: JSON has no form for them
+        raise InvalidArgumentError(
+            f"a {type(value).__name__} document is not JSON: {exc}; nothing was written"
+        ) from None
+    return raw
 
 
 def _check_version(value: object, what: str) -> int:
