@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -387,6 +388,19 @@ def test_bad_options_are_refused_by_the_parser(
         main(args)
     assert stopped.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_world_ui_on_a_taken_port_says_so(
+    world_env: Matrix, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status, _, err = _world(["ui", "--port", str(port)], capsys)
+    assert status == 2
+    assert f"world ui cannot listen on 127.0.0.1:{port}" in err
+    assert "pick another --port" in err
 
 
 def _run_turn(world_env: Matrix, session: str, queue: str) -> None:

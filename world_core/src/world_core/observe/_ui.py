@@ -12,7 +12,7 @@ step) and a small JSON API over the same trace model as ``world trace``:
 Errors are JSON ``{"error": "..."}`` with status 400 (bad input) or 404 (no such session).
 The page polls the trace every ``poll`` seconds while the session has an open turn (live
 updates) and the session list every few seconds. The server binds to loopback by default and
-answers only requests whose ``Host`` is the address it was reached at (no DNS rebinding).
+then answers only requests whose ``Host`` is a loopback name (no DNS rebinding).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from world_core._select import open_world
-from world_core.errors import InvalidArgumentError, NotFoundError, WorldError
+from world_core.errors import ConfigurationError, InvalidArgumentError, NotFoundError, WorldError
 from world_core.observe._sessions import list_sessions
 from world_core.observe._trace import trace_session
 from world_core.spi import World
@@ -80,7 +80,9 @@ def _handler(
 
         def do_GET(self) -> None:
             name = (self.headers.get("Host") or "").rsplit(":", 1)[0]
-            if name not in _LOOPBACK and name != host:
+            if host in _LOOPBACK and name not in _LOOPBACK:
+                # A page on another site cannot reach a loopback viewer through a DNS name of
+                # its own (DNS rebinding). Bound to another address, the user opened it up.
                 self._json(HTTPStatus.FORBIDDEN, {"error": f"unexpected Host {name!r}"})
                 return
             parts = urlsplit(self.path)
@@ -159,14 +161,23 @@ def serve(
         The exit status (0).
 
     Raises:
-        ConfigurationError: the World cannot be opened. OSError: the address is taken.
+        ConfigurationError: the World cannot be opened, or the address cannot be listened on
+            (taken, not this machine's).
     """
     with start_blocking_portal() as portal:
         opened: AbstractContextManager[World] = portal.wrap_async_context_manager(
             open_world(world, url=url, namespace=namespace)
         )
         with opened as store:
-            server = ThreadingHTTPServer((host, port), _handler(portal, store, content, poll, host))
+            try:
+                server = ThreadingHTTPServer(
+                    (host, port), _handler(portal, store, content, poll, host)
+                )
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"world ui cannot listen on {host}:{port}: {exc.strerror or exc}; pick "
+                    "another --port (0: any free one) or --host"
+                ) from None
             server.daemon_threads = True
             bound_host, bound_port = server.server_address[:2]
             name = bound_host.decode() if isinstance(bound_host, bytes) else str(bound_host)
