@@ -11,6 +11,11 @@ from world_core import Client, Journal, Worker, open_world
 from world_core.observe import build_trace, trace_session
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the Worker's code is the same on both; one run keeps CI short
+
+
 class _Waiter:
     """Sleeps a moment, then waits for the signal ``go`` and answers with its payload."""
 
