@@ -153,6 +153,17 @@ async def test_a_generation_a_crash_left_half_written_is_ignored(world: World) -
     assert (await world.log.list_logs(prefix="langgraph/")).items == []
 
 
+async def test_a_copy_a_crash_left_half_written_does_not_join_the_thread(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    leftover = "langgraph/1:t/0:/00000000"  # copy_thread died before its last batch
+    await world.log.append(leftover, [NewEvent(data=b'{"t":"c"}', key="c/x")], status="building")
+    stored = await _put(saver, "t", None)
+    listed = [t.config async for t in saver.alist(_thread("t"))]
+    assert listed == [stored]
+    assert (await world.log.info(leftover)) is not None  # untouched, still not in force
+    assert (await world.log.info("langgraph/1:t/0:/00000001")) is not None
+
+
 async def test_list_across_threads_with_filter_before_and_limit(world: World) -> None:
     saver = WorldCheckpointSaver(world)
     a1 = await _put(saver, "a", None)

@@ -376,9 +376,11 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         return self._current(logs).get((thread_id, checkpoint_ns))
 
     async def _append(self, thread_id: str, checkpoint_ns: str, events: list[NewEvent]) -> None:
-        log = await self._current_log(thread_id, checkpoint_ns)
+        logs = await self._logs(_ns_prefix(thread_id, checkpoint_ns))
+        log = self._current(logs).get((thread_id, checkpoint_ns))
         if log is None:
-            log_id = _log_id(thread_id, checkpoint_ns, 0)
+            # The first write: a generation of its own, above any a crashed copy left behind.
+            log_id = _log_id(thread_id, checkpoint_ns, _next_generation(logs))
             await self.world.log.append(log_id, events, status=READY)
         else:
             await self.world.log.append(log.log_id, events)
@@ -651,7 +653,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         generation: int | None = None
         if kept:
             logs = await self._logs(_ns_prefix(log.thread_id, log.checkpoint_ns))
-            generation = max(g.generation for g in logs) + 1
+            generation = _next_generation(logs)
             await self._write_generation(
                 _log_id(log.thread_id, log.checkpoint_ns, generation), kept
             )
@@ -740,7 +742,9 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         for log in self._current(await self._logs(_thread_prefix(source))).values():
             events = [e async for e in self._forward(log.log_id, 0)]
             if events:
-                await self._write_generation(_log_id(target, log.checkpoint_ns, 0), events)
+                left = await self._logs(_ns_prefix(target, log.checkpoint_ns))
+                generation = _next_generation(left)
+                await self._write_generation(_log_id(target, log.checkpoint_ns, generation), events)
 
     # -- the sync API: the same work, on the World's event loop ------------------------------
 
@@ -813,6 +817,10 @@ async def _coroutine(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 async def _aiter(items: list[T]) -> AsyncIterator[T]:
     for item in items:
         yield item
+
+
+def _next_generation(logs: list[_Log]) -> int:
+    return max((log.generation for log in logs), default=-1) + 1
 
 
 def _checkpoint_of(body: dict[str, Any]) -> str:
