@@ -125,7 +125,9 @@ class JournalHistoryContract(ContractBase):
         assert await client.reply("s", turns[0]) == "re: m0 (1 messages)"
         last = await Journal.open(world, "s", turns[-1])
         assert str(last.summary).startswith("[m0.."), last.summary
-        model = worker._make_agent().model
+        agent = worker._make_agent()
+        assert isinstance(agent, Agent)
+        model = agent.model
         assert isinstance(model, ScriptedModel)
         request = model.calls[-1]
         assert request.messages[0]["role"] == "system"
