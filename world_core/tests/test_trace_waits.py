@@ -80,3 +80,22 @@ async def test_waits_show_inline_with_each_suspension_and_resume(tmp_path: Path)
         # The same trace from the events alone (an exported history, say).
         events = await world.log.read("session/w")
         assert build_trace("w", events).turns[0].stops == turn.stops
+
+
+@pytest.mark.anyio
+async def test_a_failed_turn_shows_its_failure_with_secrets_masked(tmp_path: Path) -> None:
+    from world_core._cli_observe import format_trace
+
+    async with open_world("local", url=str(tmp_path), namespace="fail") as world:
+        await Client(world).submit("f", "go", turn_id="t1")
+        journal = await Journal.open(world, "f", "t1")
+        await journal.fail(RuntimeError("db postgresql://app:hunter2@db:5432/x is down"))
+        trace = await trace_session(world, "f")
+    (turn,) = trace.turns
+    assert trace.status == turn.status == "failed"
+    assert turn.failure is not None
+    assert turn.failure["error_type"] == "RuntimeError"
+    assert turn.failure["error"] == "db postgresql://app:***@db:5432/x is down"
+    text = format_trace(trace)
+    assert "failed: RuntimeError: db postgresql://app:***@db" in text
+    assert "hunter2" not in text + trace.model_dump_json()
