@@ -381,7 +381,7 @@ def main() -> int:
         anyio.run(worker_child, world, url, namespace, args.per_process, args.model_latency, out)
         return 0
     if args.quick:
-        args.sessions, args.duration, args.per_process = "600,3000", 4.0, 20
+        args.sessions, args.duration, args.per_process = "600", 3.0, 20
         args.model_latency = min(args.model_latency, 0.2)
         if args.memory:
             args.memory = min(args.memory, 200)
