@@ -174,6 +174,33 @@ async def test_any_shell_can_stand_behind_the_tool(world: World) -> None:
     assert shell.trees[1] == Tree(files={"a/f": b"1\n"}, dirs=frozenset({"a", "a/b"}))
 
 
+async def test_an_app_edit_during_a_script_makes_it_run_again_on_the_new_tree(
+    world: World,
+) -> None:
+    """The tree moved on while the script ran (an app wrote a file): its changes are not
+    committed over the app's; the safe call runs again on the new tree."""
+
+    class AppEditsOnce:
+        name = "app-edits-once"
+
+        def __init__(self) -> None:
+            self.trees: list[Tree] = []
+
+        async def run(self, script: str, tree: Tree, limits: ShellLimits | None = None) -> Any:
+            self.trees.append(tree)
+            if len(self.trees) == 1:
+                await Workspace(world).write("s", "app.txt", "from the app\n")
+            return await default_shell().run(script, tree, limits)
+
+    shell = AppEditsOnce()
+    journal = await _turn(world)
+    result = await journal.call(bash_tool(shell=shell), {"script": "ls; echo tool > tool.txt"})
+    assert result["stdout"] == "app.txt\n"  # the second run's
+    assert [sorted(tree.files) for tree in shell.trees] == [[], ["app.txt"]]
+    await journal.finish("done")
+    assert await _files(world) == {"app.txt": b"from the app\n", "tool.txt": b"tool\n"}
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match=r"ShellLimits\.timeout"):
         bash_tool(limits=ShellLimits(timeout=20), timeout=5)

@@ -34,6 +34,7 @@ from world_core.errors import (
     PathNotFoundError,
     PayloadTooLargeError,
     PossiblyRanError,
+    ShellLimitError,
     ToolError,
     TurnFailedError,
     TurnNotReadyError,
@@ -115,6 +116,8 @@ from world_core.workspace._fs import (
     virtual,
 )
 from world_core.workspace._fs_paths import WorkspaceLimits
+from world_core.workspace._shell import Shell, ShellLimits, ShellResult, default_shell
+from world_core.workspace._shell_tool import bash_tool
 
 __all__ = [
     "DEFAULT_BLOB_THRESHOLD",
@@ -145,6 +148,9 @@ __all__ = [
     "ReplayReport",
     "ScriptedModel",
     "SessionHistory",
+    "Shell",
+    "ShellLimits",
+    "ShellResult",
     "Signal",
     "SimulatedCrash",
     "Snapshot",
@@ -160,7 +166,9 @@ __all__ = [
     "Worker",
     "Workspace",
     "WorkspaceLimits",
+    "bash_tool",
     "canonical_json",
+    "default_shell",
     "digest_of",
     "dump_history",
     "format_report",
@@ -181,6 +189,7 @@ __all__ = [
     "CallInFlightError",
     "ModelReplyError",
     "PossiblyRanError",
+    "ShellLimitError",
     "ToolError",
     "TurnFailedError",
     "TurnNotReadyError",
