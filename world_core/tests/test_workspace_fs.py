@@ -4,23 +4,29 @@ limits hold; apps read, edit, export and import a session's workspace."""
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import pytest
 
 from world_core import (
+    Agent,
     Client,
     CrashPoint,
     Files,
     Journal,
+    ModelReply,
+    ModelRequest,
     Replay,
+    ScriptedModel,
     SimulatedCrash,
     Snapshot,
+    ToolCall,
     ToolContext,
     Workspace,
     WorkspaceLimits,
@@ -572,3 +578,98 @@ async def test_apps_watch_the_tree_change_live(world: World) -> None:
         await workspace.write("s", "b.txt", "b")
         await workspace.remove("s", "a.txt")
     assert seen == [(1, ["a.txt"]), (2, ["a.txt", "b.txt"]), (3, ["b.txt"])]
+
+
+WHENS: tuple[Literal["before_run"], Literal["after_run"]] = ("before_run", "after_run")
+FULL_PLAN: list[tuple[str, dict[str, Any]]] = [
+    ("op", {"op": "write", "a": "src/app.py", "b": "print('v1')\n"}),
+    ("op", {"op": "append", "a": "src/app.py", "b": "print('v2')\n"}),
+    ("op", {"op": "mkdir", "a": "build/out", "b": ""}),
+    ("op", {"op": "copy", "a": "src", "b": "backup/src"}),
+    ("op", {"op": "rename", "a": "src/app.py", "b": "src/main.py"}),
+    ("op", {"op": "remove", "a": "build", "b": ""}),
+    ("op", {"op": "shout", "a": "", "b": ""}),
+]
+
+
+async def _op(op: str, a: str, b: str, context: ToolContext) -> str:
+    """Change the workspace one way."""
+    fs = _fs(context)
+    if op == "write":
+        await fs.write(a, b)
+    elif op == "append":
+        await fs.append(a, b)
+    elif op == "mkdir":
+        await fs.mkdir(a)
+    elif op == "copy":
+        await fs.copy(a, b)
+    elif op == "rename":
+        await fs.rename(a, b)
+    elif op == "remove":
+        await fs.remove(a, recursive=True)
+    else:  # a whole-tree change through snapshot and apply, as the shell makes
+        snapshot = await fs.snapshot()
+        files = {path: data.upper() for path, data in snapshot.files.items()}
+        await fs.apply(Snapshot(files, snapshot.dirs, snapshot.modes))
+    return await fs.digest()
+
+
+def _plan_policy(request: ModelRequest) -> ModelReply:
+    done = sum(1 for message in request.messages if message["role"] == "tool")
+    if done == len(FULL_PLAN):
+        return ModelReply(content="done")
+    name, arguments = FULL_PLAN[done]
+    return ModelReply(
+        tool_calls=[ToolCall(id=f"c{done}", name=name, arguments=json.dumps(arguments))]
+    )
+
+
+def _plan_agent(replay: Replay) -> tuple[Agent, ScriptedModel]:
+    model = ScriptedModel(_plan_policy)
+    return Agent(model=model, tools=[tool(_op, replay=replay, name="op")]), model
+
+
+@pytest.mark.parametrize("replay", ["safe", "never"])
+async def test_a_crash_before_and_after_every_file_step_leaves_the_clean_tree(
+    world: World, replay: Replay
+) -> None:
+    """Every operation, both labels, a crash before and after each tool step (1, 3, ... 13).
+    A ``safe`` call runs again: the tree equals the clean run's. A cut-off ``never`` call is
+    not run again (the model is told it may have happened) and its changes were not saved, so
+    the tree lacks them: file tools, like the shell, should be ``safe``."""
+    client = Client(world)
+    workspace = Workspace(world)
+    await client.submit("clean", "go", turn_id="t")
+    agent, _ = _plan_agent(replay)
+    assert await agent.run_turn(await Journal.open(world, "clean", "t")) == "done"
+    clean = await workspace.digest("clean")
+    assert sorted((await workspace.tree("clean")).files) == ["backup/src/app.py", "src/main.py"]
+    assert await workspace.read_text("clean", "src/main.py") == "PRINT('V1')\nPRINT('V2')\n"
+    later = time.time() + 3600  # every never call's deadline has passed on this clock
+    rows: dict[tuple[int, str], tuple[bool, int, bool]] = {}
+
+    async def point(step: int, when: Literal["before_run", "after_run"]) -> None:
+        session = f"s-{step}-{when}"
+        await client.submit(session, "go", turn_id="t")
+        dying, _ = _plan_agent(replay)
+        crash = CrashPoint(step, when, in_process=True)
+        with pytest.raises(SimulatedCrash):
+            await dying.run_turn(await Journal.open(world, session, "t", crash=crash))
+        again, model = _plan_agent(replay)
+        resumed = await Journal.open(world, session, "t", clock=lambda: later)
+        assert await again.run_turn(resumed) == "done"
+        told = "may or may not have happened" in str(model.calls[0].messages[-1]["content"])
+        repeated = len(model.calls) - (len(FULL_PLAN) + 1 - len(range(0, step, 2)))
+        rows[(step, when)] = (await workspace.digest(session) == clean, repeated, told)
+
+    steps = range(1, 2 * len(FULL_PLAN), 2)
+    async with anyio.create_task_group() as tg:
+        for step in steps:
+            tg.start_soon(point, step, "before_run")
+            tg.start_soon(point, step, "after_run")
+    if replay == "safe":
+        expected = {(step, when): (True, 0, False) for step in steps for when in WHENS}
+    else:  # the cut-off never call is not run again: its changes are not there, the model
+        # is told (step 5 makes build/out, which step 11 removes: without it, the same tree)
+        expected = {(step, when): (step == 5, 0, True) for step in steps for when in WHENS}
+    assert rows == expected

@@ -54,11 +54,11 @@ TURN = "t"
 PLAN: list[tuple[str, dict[str, str]]] = [
     ("write_file", {"path": "notes/todo.md", "text": "# todo\n"}),
     ("append_file", {"path": "notes/todo.md", "text": "- buy milk\n"}),
-    ("write_file", {"path": "src/main.py", "text": "print('hello')\n"}),
     ("move", {"source": "notes", "target": "docs/notes"}),
-    ("remove", {"path": "src"}),
 ]
-"""The file-changing calls the scripted model makes, one per reply: tool steps 1, 3, 5, 7, 9."""
+"""The file-changing calls the scripted model makes, one per reply: tool steps 1, 3 and 5
+(few, so the matrix stays fast on the slowest backend; ``world_core/tests`` crashes a longer
+plan with every operation on local)."""
 
 REPLY = "files edited"
 
@@ -84,12 +84,6 @@ async def move(source: str, target: str, context: ToolContext) -> str:
     return "moved"
 
 
-async def remove(path: str, context: ToolContext) -> str:
-    """Remove a file or directory and everything in it."""
-    await _fs(context).remove(path, recursive=True)
-    return "removed"
-
-
 def _policy(request: ModelRequest) -> ModelReply:
     done = sum(1 for message in request.messages if message["role"] == "tool")
     if done == len(PLAN):
@@ -102,13 +96,13 @@ def _policy(request: ModelRequest) -> ModelReply:
 
 def _agent() -> tuple[Agent, ScriptedModel]:
     model = ScriptedModel(_policy)
-    tools = [tool(fn, replay="safe") for fn in (write_file, append_file, move, remove)]
+    tools = [tool(fn, replay="safe") for fn in (write_file, append_file, move)]
     return Agent(model=model, tools=tools), model
 
 
 When = Literal["before_run", "after_run"]
 WHENS: tuple[When, When] = ("before_run", "after_run")
-CRASH_POINTS: list[tuple[int, When]] = [(step, when) for step in (1, 3, 5, 7, 9) for when in WHENS]
+CRASH_POINTS: list[tuple[int, When]] = [(step, when) for step in (1, 3, 5) for when in WHENS]
 
 
 class WorkspaceContract(ContractBase):
@@ -140,10 +134,11 @@ class WorkspaceContract(ContractBase):
             again, model = _agent()
             reply = await again.run_turn(await Journal.open(world, session, TURN))
             # Model calls before the crash were journaled: the resumed run pays only the rest.
-            paid_before = len([m for m in range(0, 11, 2) if m < step])
+            calls = len(PLAN) + 1
+            paid_before = len([m for m in range(0, 2 * calls, 2) if m < step])
             rows[f"{step}:{when}"] = (
                 await workspace.digest(session) == clean,
-                len(model.calls) + paid_before - 6,
+                len(model.calls) + paid_before - calls,
                 reply == REPLY,
             )
 
