@@ -132,7 +132,9 @@ class StepTrace(_Model):
         "timed_out, the signal's name, sender and id); payloads only with content"
     )
     content: dict[str, Any] | None = Field(
-        description="input and output, redacted; only when the trace was built with content"
+        description="input (a tool's arguments, a model request's preview) and output, "
+        "redacted; an output stored as a blob is shown as its digest and size; only when "
+        "the trace was built with content"
     )
 
 
