@@ -65,6 +65,7 @@ from world_core.journal._journal import (
     session_log_id,
     write_state,
 )
+from world_core.journal._live import TurnEvent
 from world_core.journal._model import (
     Message,
     ModelClient,
@@ -92,6 +93,7 @@ from world_core.journal._waits import (
     sign_signal,
 )
 from world_core.journal._worker import TurnAgent, TurnResult, Worker
+from world_core.observe import LiveEvents  # registers the live events every Worker publishes
 from world_core.spi import (
     Capabilities,
     Chunk,
@@ -120,6 +122,8 @@ from world_core.workspace._shell import Shell, ShellLimits, ShellResult, default
 from world_core.workspace._shell_tool import bash_tool
 
 __all__ = [
+    "LiveEvents",
+    "TurnEvent",
     "DEFAULT_BLOB_THRESHOLD",
     "DEFAULT_QUEUE",
     "DEFAULT_TOOL_TIMEOUT",

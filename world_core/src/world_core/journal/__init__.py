@@ -33,6 +33,13 @@ from world_core.journal._journal import (
     session_log_id,
     write_state,
 )
+from world_core.journal._live import (
+    END_EVENTS,
+    TurnEvent,
+    TurnEventType,
+    read_turn_events,
+    turn_events_stream,
+)
 from world_core.journal._model import (
     Message,
     ModelClient,
@@ -40,7 +47,18 @@ from world_core.journal._model import (
     ModelRequest,
     OpenAIChatModel,
     ScriptedModel,
+    StreamingModelClient,
+    TextSink,
     ToolCall,
+)
+from world_core.journal._observer import (
+    ObserverFactory,
+    RunEnd,
+    StepInfo,
+    TurnObserver,
+    TurnRun,
+    add_default_observer,
+    default_observers,
 )
 from world_core.journal._order import hand_on
 from world_core.journal._replay import (
@@ -72,6 +90,20 @@ from world_core.journal._waits import (
 from world_core.journal._worker import TurnAgent, TurnResult, Worker
 
 __all__ = [
+    "END_EVENTS",
+    "ObserverFactory",
+    "RunEnd",
+    "StepInfo",
+    "StreamingModelClient",
+    "TextSink",
+    "TurnEvent",
+    "TurnEventType",
+    "TurnObserver",
+    "TurnRun",
+    "add_default_observer",
+    "default_observers",
+    "read_turn_events",
+    "turn_events_stream",
     "CLOCK_MARGIN",
     "DEFAULT_BLOB_THRESHOLD",
     "DEFAULT_TOOL_TIMEOUT",

@@ -7,6 +7,7 @@ import json
 import math
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import anyio
@@ -31,6 +32,7 @@ from world_core.journal._journal import (
     session_log_id,
     stored_value,
 )
+from world_core.journal._live import TurnEvent, read_turn_events
 from world_core.journal._session import (
     append_session,
     current_log,
@@ -262,6 +264,39 @@ class Client:
                 if event.key == f"turn/{turn_id}/failure":
                     raise _failure_of(session_id, turn_id, event)
         raise AssertionError("unreachable: watch never ends by itself")
+
+    def events(
+        self,
+        session_id: str,
+        turn_id: str,
+        *,
+        after: int | None = None,
+        timeout: float = 300.0,
+    ) -> AsyncIterator[TurnEvent]:
+        """Follow the turn's live events (see :class:`~world_core.TurnEvent`): each step
+        starting and finishing, the model's text as it streams, tool results, committed
+        state, runs resumed on other workers, and the reply or failure, which ends it.
+
+        Resumable: pass the ``position`` of the last event seen as ``after`` and nothing is
+        missed or seen twice, across reconnects and across a worker's crash (the next
+        worker's events continue the same stream after a ``resumed`` event; steps it reads
+        back from the journal come as ``step_replayed``). The events are a best-effort live
+        view; the journal is the truth (:meth:`wait`, :meth:`status`): see
+        :mod:`world_core.journal._live`.
+
+        Args:
+            after: the position of the last event seen; None (or -1) starts at the first.
+            timeout: seconds to wait for the next event before ``TimeoutError``.
+
+        Raises:
+            InvalidIdentifierError, InvalidArgumentError: bad ids, ``after`` or ``timeout``
+                (raised by this call, before anything is read).
+            TimeoutError: by the iterator, when nothing came for ``timeout`` seconds and the
+                turn has not ended.
+        """
+        return read_turn_events(
+            self, self._world, session_id, turn_id, after=after, timeout=timeout
+        )
 
     async def signal(
         self,

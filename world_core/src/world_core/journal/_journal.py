@@ -126,6 +126,7 @@ from world_core.errors import (
 from world_core.journal._blobs import BlobRef, Blobs
 from world_core.journal._crash import CrashPoint
 from world_core.journal._model import ModelClient, ModelReply, ModelRequest, ToolCall
+from world_core.journal._observer import StepInfo, TurnObserver, notify
 from world_core.journal._session import (
     SessionView,
     append_session,
@@ -463,6 +464,7 @@ class Journal:
         turn: _Turn,
         *,
         crash: CrashPoint | None,
+        observer: TurnObserver | None = None,
         blob_threshold: int,
         defer_safe: bool = True,
         clock: Callable[[], float] = time.time,
@@ -501,6 +503,10 @@ class Journal:
         self._appended_bytes = 0
         self._suspended_at: int | None = None  # the wait this Journal left the turn in
         self._in_tool: str | None = None  # the tool whose call runs now
+        self._observer = observer
+        self._pending_steps: list[int] = []  # steps whose outcomes are in _pending
+        self._step_extra: dict[str, Any] = {}  # what model() and tool() add to the next StepInfo
+        self._taking: StepInfo | None = None  # the step _take runs now, as observers see it
 
     @classmethod
     async def open(
@@ -510,6 +516,7 @@ class Journal:
         turn_id: str,
         *,
         crash: CrashPoint | None = None,
+        observer: TurnObserver | None = None,
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
         defer_safe: bool = True,
         clock: Callable[[], float] | None = None,
@@ -524,6 +531,9 @@ class Journal:
 
         Args:
             crash: die at this point (see :mod:`world_core.journal._crash`); None in production.
+            observer: told of each step as it starts, finishes or is replayed, and of the
+                model's text as it streams (see :mod:`world_core.journal._observer`); its
+                errors are logged and dropped. A model client with ``stream`` is streamed.
             blob_threshold: values above this many bytes go to blobs.
             defer_safe: let ``safe`` tool outcomes ride with the next append (the default);
                 False writes each at once, one append per ``safe`` step.
@@ -565,6 +575,7 @@ class Journal:
             turn_id,
             turn,
             crash=crash,
+            observer=observer,
             blob_threshold=blob_threshold,
             defer_safe=defer_safe,
             clock=clock if clock is not None else time.time,
@@ -694,6 +705,15 @@ class Journal:
         return self._next
 
     @property
+    def recorded_steps(self) -> int:
+        """How many steps, counted from 0, have their outcome in the journal: a run reads
+        these back (replays them) before it runs anything."""
+        n = 0
+        while n in self._turn.steps and self._turn.steps[n].outcome is not None:
+            n += 1
+        return n
+
+    @property
     def idempotency_prefix(self) -> str:
         return f"{self.session_id}/{self.turn_id}"
 
@@ -717,11 +737,23 @@ class Journal:
             "last_message": payload["messages"][-1] if payload["messages"] else None,
         }
         parts = _request_parts(payload)
+        observer = self._observer
+        stream = getattr(client, "stream", None) if observer is not None else None
+        model_name = getattr(client, "model", None)
+        self._step_extra = {"model": model_name if isinstance(model_name, str) else None}
+        self._step_extra["input"] = payload
 
         async def run(step: int) -> dict[str, Any]:
             self.model_calls += 1
+
+            def on_text(delta: str, retry: int = 0) -> None:
+                notify(observer, "model_text", step, delta, retry)
+
             try:
-                reply = await client.complete(request)
+                if callable(stream):  # streamed to the observer, recorded as one reply
+                    reply = cast(ModelReply, await stream(request, on_text))
+                else:
+                    reply = await client.complete(request)
             except ModelReplyError as exc:  # paid for: record it, never ask again
                 return {"error": _describe(exc), "raw": exc.raw[:_ERROR_CHARS]}
             output = reply.model_dump(mode="json")
@@ -790,6 +822,7 @@ class Journal:
             args = tool.parse(arguments)
         except (ValueError, InvalidArgumentError) as exc:
             return f"Error: {exc}"
+        self._step_extra = {"call_id": call.id}
         result = await self._tool_step(tool, arguments, args)
         if "error" in result:
             return f"Error: {result['error']}"
@@ -1301,6 +1334,9 @@ class Journal:
             self._broken = exc
             raise
         self._pending.clear()
+        if self._pending_steps:
+            recorded, self._pending_steps = self._pending_steps, []
+            notify(self._observer, "steps_recorded", recorded)
         self._pending_bytes = 0
 
     async def _write(self, batch: list[NewEvent]) -> None:
@@ -1417,10 +1453,16 @@ class Journal:
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
+            notify(self._observer, "step_replayed", StepInfo(n, kind, kind))
             return step.outcome["result"]["output"]
         value = make()
         body = {"kind": kind, "name": kind, "digest": digest_of(None), "preview": "null"}
         self._pending.append(self._event("outcome", {**body, "result": {"output": value}}, n))
+        if self._observer is not None:
+            self._pending_steps.append(n)
+            info = StepInfo(n, kind, kind)
+            notify(self._observer, "step_started", info)
+            notify(self._observer, "step_finished", info, {"output": value}, {}, False)
         return value
 
     async def _step(
@@ -1469,10 +1511,13 @@ class Journal:
         n = self._claim_position(kind, name, digest, spec)
         try:
             step = self._turn.steps.get(n)
+            info = StepInfo(n, kind, name)
             if step is not None and step.outcome is not None:
                 self.replayed += 1
+                notify(self._observer, "step_replayed", info)
                 result: dict[str, Any] = step.outcome["result"]
                 return result
+            notify(self._observer, "step_started", info)
             identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(spec)}
             if step is None or step.intent is None:
                 deadline = deadline_of()
@@ -1511,6 +1556,7 @@ class Journal:
             body = {**identity, "result": outcome, "by": self._owner}
             await self._append([self._event("outcome", body, n)])
             self._record(n, outcome=body)
+            notify(self._observer, "step_finished", info, outcome, {}, True)
             return outcome
         except BaseException:
             self._next = n
@@ -1613,9 +1659,12 @@ class Journal:
         tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
     ) -> dict[str, Any]:
         identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
+        extra, self._step_extra = self._step_extra, {}
+        info = StepInfo(n, kind, name, **{"input": preview if kind == "tool" else None, **extra})
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
+            notify(self._observer, "step_replayed", info)
             return await self._result(step.outcome)
         key = self.idempotency_key(n)
         deadline = math.inf
@@ -1637,6 +1686,9 @@ class Journal:
             body = {**identity, "result": result}
             await self._append([self._event("outcome", body, n)])
             self._record(n, outcome=body)
+            info = dataclasses.replace(info, replay=replay, key=key)
+            notify(self._observer, "step_started", info)
+            notify(self._observer, "step_finished", info, result, {}, True)
             return result
         tool = tool_run[0] if tool_run is not None else None
         if tool is not None:
@@ -1652,6 +1704,10 @@ class Journal:
             }
             await self._append([self._event("intent", intent_body, n)])
             self._record(n, intent=intent_body)
+        if tool_run is not None:
+            info = dataclasses.replace(info, replay=replay, key=key)
+        self._taking = info
+        notify(self._observer, "step_started", info)
         crash = self._crash
         if crash is not None and crash.step == n and crash.when == "before_run":
             crash.hit()
@@ -1746,6 +1802,24 @@ class Journal:
                     }
                 return await self._keep(n, kind, identity, replay, result, None, parts)
 
+    def _tell_finished(
+        self,
+        n: int,
+        identity: dict[str, Any],
+        result: dict[str, Any],
+        state: dict[str, Any],
+        recorded: bool,
+    ) -> None:
+        """Tell the observer step ``n`` finished (its outcome kept, or deferred)."""
+        if self._observer is None:
+            return
+        info = self._taking
+        if info is None or info.step != n:
+            info = StepInfo(n, str(identity["kind"]), str(identity["name"]))
+        if not recorded:
+            self._pending_steps.append(n)
+        notify(self._observer, "step_finished", info, result, dict(state), recorded)
+
     async def _keep(
         self,
         n: int,
@@ -1795,7 +1869,8 @@ class Journal:
             events.append(self._event(f"state/{state_name}", _state_event(state_name, stored), n))
         for claim_key, (claim_body, _) in claims.items():
             events.append(NewEvent(key=claim_key, data=canonical_json(claim_body)))
-        if kind == "tool" and replay == "safe" and self._defer_safe and not claims:
+        deferred = kind == "tool" and replay == "safe" and self._defer_safe and not claims
+        if deferred:
             # Rides with the next append: lost only to a crash before it, and then the tool
             # simply runs again, which its label allows. Every later outcome (a model call's)
             # is in the same or a later batch, so nothing durable ever depends on it alone.
@@ -1818,6 +1893,7 @@ class Journal:
                 after()
         # Return what replay will return: the JSON form, not the Python objects.
         decoded: dict[str, Any] = json.loads(encoded)
+        self._tell_finished(n, identity, decoded, staged, not deferred)
         return decoded
 
     def _record(

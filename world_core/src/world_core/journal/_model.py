@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,6 +44,8 @@ __all__ = [
     "ModelRequest",
     "OpenAIChatModel",
     "ScriptedModel",
+    "StreamingModelClient",
+    "TextSink",
     "ToolCall",
 ]
 
@@ -112,20 +115,68 @@ class ModelClient(Protocol):
         ...
 
 
+TextSink = Callable[[str, int], None]
+"""Receives a streamed reply's text as ``(delta, retry)``: ``retry`` counts the client's
+retries of the request, so a new value means the text of the earlier try was abandoned (its
+stream broke and the request was sent again)."""
+
+
+class StreamingModelClient(ModelClient, Protocol):
+    """A model client that can also stream its reply.
+
+    :meth:`stream` answers exactly like ``complete`` (the same reply, recorded the same way:
+    a streamed reply is assembled before the journal sees it) and passes the reply's text to
+    ``on_text`` piece by piece as it arrives. The journal streams when an observer watches
+    the turn (the worker's live events do), and calls ``complete`` otherwise.
+    """
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        """Answer one request, passing its text to ``on_text`` as it arrives."""
+        ...
+
+
+_WORDS = re.compile(r"\s*\S+\s*|\s+")
+
+
 class ScriptedModel:
     """A deterministic model: ``policy`` maps the request to the reply.
 
     For tests and examples: the same conversation always gets the same answer, so replays and
-    crash matrices are reproducible. Every call is kept in ``calls``.
+    crash matrices are reproducible. Every call is kept in ``calls``. It streams too
+    (:meth:`stream`): the reply's text word by word, ``stream_delay`` seconds apart.
+
+    Raises:
+        InvalidArgumentError: ``stream_delay`` is not a number of seconds >= 0.
     """
 
-    def __init__(self, policy: Callable[[ModelRequest], ModelReply]) -> None:
+    def __init__(
+        self, policy: Callable[[ModelRequest], ModelReply], *, stream_delay: float = 0.0
+    ) -> None:
+        if (
+            isinstance(stream_delay, bool)
+            or not isinstance(stream_delay, int | float)
+            or not math.isfinite(stream_delay)
+            or stream_delay < 0
+        ):
+            raise InvalidArgumentError(
+                f"stream_delay must be a number of seconds >= 0, got {stream_delay!r}"
+            )
         self._policy = policy
+        self._stream_delay = float(stream_delay)
         self.calls: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         self.calls.append(request)
         return self._policy(request)
+
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        """The reply :meth:`complete` gives, its text passed to ``on_text`` word by word."""
+        reply = await self.complete(request)
+        for piece in _WORDS.findall(reply.content or ""):
+            if self._stream_delay:
+                await anyio.sleep(self._stream_delay)
+            on_text(piece, 0)
+        return reply
 
     def __repr__(self) -> str:
         return f"ScriptedModel(calls={len(self.calls)})"
@@ -329,10 +380,146 @@ class OpenAIChatModel:
             if limit <= 0:  # the sleep overslept the budget: no request without a deadline
                 raise self._gave_up(attempts, started, outcome, "retry_budget is used up")
 
-    def _encode(self, request: ModelRequest) -> bytes:
+    async def stream(self, request: ModelRequest, on_text: TextSink) -> ModelReply:
+        """Like :meth:`complete`, with ``"stream": true``: the reply's text goes to ``on_text``
+        as the server sends it (server-sent events), and the assembled reply (text, tool calls
+        from their pieces, usage when the server reports it) is returned, the same reply
+        ``complete`` would give. A server that answers with a plain JSON completion instead
+        is read as ``complete`` reads it. Retries are as for ``complete``; a stream that
+        breaks is retried too, and ``on_text`` is then told the retry's number.
+
+        Raises:
+            The errors of :meth:`complete`; also ``ModelReplyError`` for a stream whose
+            events are not chat-completion chunks.
+        """
+        payload = self._encode(request, stream=True)
+        started = anyio.current_time()
+        deadline = started + self._retry_budget
+        limit = self._timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            outcome = await self._attempt_stream(payload, limit, on_text, attempts - 1)
+            if isinstance(outcome, ModelReply):
+                return outcome
+            if not isinstance(outcome, _Transient):
+                return self._answer(outcome)
+            wait, why = self._next_wait(outcome, attempts, deadline)
+            if wait is None:
+                raise self._gave_up(attempts, started, outcome, why)
+            _log.warning(
+                "streamed model call to %s for %r failed (attempt %d of at most %d: %s); "
+                "retrying in %.2f s (%s)",
+                self._scrub(self._url),
+                self._scrub(self.model),
+                attempts,
+                self._max_retries + 1,
+                outcome.what,
+                wait,
+                why,
+            )
+            await anyio.sleep(wait)
+            limit = min(self._timeout, deadline - anyio.current_time())
+            if limit <= 0:
+                raise self._gave_up(attempts, started, outcome, "retry_budget is used up")
+
+    async def _attempt_stream(
+        self, payload: bytes, limit: float, on_text: TextSink, retry: int
+    ) -> ModelReply | httpx.Response | _Transient:
+        """One streamed POST: the assembled reply, a final response to read as ``complete``
+        does (an error, or a plain JSON completion), or what went wrong when worth retrying."""
+        import httpx
+
+        try:
+            with anyio.fail_after(limit):
+                async with self._http.stream(
+                    "POST", self._url, content=payload, headers=_JSON_HEADERS, timeout=limit
+                ) as response:
+                    status = response.status_code
+                    kind = response.headers.get("content-type", "")
+                    if status >= 300 or "event-stream" not in kind:
+                        await response.aread()
+                        if status == 429 or status >= 500:
+                            detail = self._excerpt(response.text, _DETAIL_LIMIT)
+                            return _Transient(f"{status}: {detail}", _retry_after(response.headers))
+                        return response
+                    return await self._assemble(response, on_text, retry)
+        except (TimeoutError, httpx.TimeoutException):
+            return _Transient(f"timeout: no whole answer within {limit:.2f} s")
+        except httpx.HTTPError as exc:
+            return _Transient(f"{type(exc).__name__}: {self._excerpt(str(exc), _DETAIL_LIMIT)}")
+
+    async def _assemble(
+        self, response: httpx.Response, on_text: TextSink, retry: int
+    ) -> ModelReply | _Transient:
+        """Read a chat-completions event stream into one reply, passing text on as it comes."""
+        texts: list[str] = []
+        has_text = False
+        calls: dict[int, dict[str, str]] = {}
+        usage: dict[str, int] | None = None
+        ended = False
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue  # comments, event names, keep-alives
+            data = line[5:].strip()
+            if data == "[DONE]":
+                ended = True
+                break
+            try:
+                chunk = json.loads(data)
+                if not isinstance(chunk, dict):
+                    raise _NotAReply(f"a JSON {type(chunk).__name__}, not an object")
+                if chunk.get("error") and not chunk.get("choices"):
+                    raise _NotAReply(f"error: {chunk['error']}"[:_DETAIL_LIMIT])
+                usage = _usage(chunk.get("usage")) or usage
+                for choice in chunk.get("choices") or []:
+                    if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                        continue
+                    if choice.get("finish_reason"):
+                        ended = True
+                    delta = choice.get("delta") or {}
+                    if not isinstance(delta, dict):
+                        raise _NotAReply("a chunk's delta is not an object")
+                    text = delta.get("content")
+                    if text is not None:
+                        piece = _content_text(text) or ""
+                        has_text = True
+                        if piece:
+                            texts.append(piece)
+                            on_text(piece, retry)
+                    for call in delta.get("tool_calls") or []:
+                        _add_call_piece(calls, call)
+            except (ValueError, RecursionError, _NotAReply) as exc:
+                reason = "not JSON" if isinstance(exc, ValueError) else str(exc)
+                raw = self._excerpt(data, _RAW_LIMIT)
+                raise ModelReplyError(
+                    self._scrub(
+                        f"model server {self._url} streamed something for {self.model!r} that "
+                        f"is not a chat-completion chunk ({reason}): {raw[:200]!r}. It was paid "
+                        "for, so it is not retried"
+                    ),
+                    raw=raw,
+                ) from None
+        if not ended:
+            return _Transient("the stream ended before its last chunk")
+        try:
+            tool_calls = [_tool_call(_call_of(calls[index])) for index in sorted(calls)]
+        except _NotAReply as exc:
+            raise ModelReplyError(
+                self._scrub(f"model server {self._url} streamed a tool call without {exc}"),
+                raw=self._excerpt(json.dumps(calls), _RAW_LIMIT),
+            ) from None
+        return ModelReply(
+            content="".join(texts) if has_text else None, tool_calls=tool_calls, usage=usage
+        )
+
+    def _encode(self, request: ModelRequest, *, stream: bool = False) -> bytes:
         body: dict[str, Any] = {"model": self.model, "messages": request.messages}
         if request.tools:
             body["tools"] = request.tools
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         if self._temperature is not None:
             body["temperature"] = self._temperature
         try:
@@ -474,6 +661,37 @@ def _usage(value: object) -> dict[str, int] | None:
         return None
     counts = {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
     return counts or None
+
+
+def _add_call_piece(calls: dict[int, dict[str, str]], piece: object) -> None:
+    """Add one streamed piece of a tool call (``index``, ``id``, ``function`` name and
+    arguments, each sent in pieces) to ``calls``."""
+    if not isinstance(piece, dict):
+        raise _NotAReply("a tool call piece is not an object")
+    index = piece.get("index", 0)
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise _NotAReply("a tool call piece has no index")
+    entry = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+    call_id = piece.get("id")
+    if isinstance(call_id, str | int) and not isinstance(call_id, bool) and str(call_id):
+        entry["id"] = str(call_id)
+    function = piece.get("function") or {}
+    if not isinstance(function, dict):
+        raise _NotAReply("a tool call piece's function is not an object")
+    name = function.get("name")
+    if isinstance(name, str):
+        entry["name"] += name
+    arguments = function.get("arguments")
+    if arguments is not None:
+        entry["arguments"] += _arguments_text(arguments)
+
+
+def _call_of(entry: dict[str, str]) -> dict[str, Any]:
+    """A tool call assembled from its pieces, in the form of a non-streamed one."""
+    return {
+        "id": entry["id"] or None,
+        "function": {"name": entry["name"] or None, "arguments": entry["arguments"] or "{}"},
+    }
 
 
 def _tool_call(call: object) -> ToolCall:

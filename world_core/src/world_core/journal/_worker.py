@@ -42,7 +42,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
@@ -67,6 +67,14 @@ from world_core.journal._client import DEFAULT_QUEUE, turn_queue_key
 from world_core.journal._continue import HistoryLimits, maybe_continue
 from world_core.journal._crash import CrashPoint, SimulatedCrash, crash_point_from_env
 from world_core.journal._journal import Journal, canonical_json, check_turn_id, session_log_id
+from world_core.journal._observer import (
+    FanOut,
+    ObserverFactory,
+    RunEnd,
+    TurnObserver,
+    TurnRun,
+    default_observers,
+)
 from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on, notify_parent
 from world_core.journal._waits import TurnSuspended
 from world_core.spi import Lease, World, validate_duration, validate_id
@@ -196,6 +204,9 @@ class Worker:
             own timeout).
         history_limits: when a session's log is continued in a fresh one (see
             :mod:`world_core.journal._continue`); default :meth:`HistoryLimits.from_env`.
+        observers: factories of the observers of each run (see
+            :mod:`world_core.journal._observer`); None: the defaults registered by the layers
+            above (the live event stream of :mod:`world_core.observe`); ``[]``: none.
     """
 
     def __init__(
@@ -213,6 +224,7 @@ class Worker:
         max_attempts: int = 5,
         turn_timeout: float = 3600.0,
         history_limits: HistoryLimits | None = None,
+        observers: Sequence[ObserverFactory] | None = None,
     ) -> None:
         if validate_duration(lease, "lease") <= 0:
             raise InvalidArgumentError("lease must be > 0 seconds")
@@ -234,6 +246,11 @@ class Worker:
             history_limits if history_limits is not None else HistoryLimits.from_env()
         )
         self.turn_timeout = float(turn_timeout)
+        if observers is not None and not all(callable(factory) for factory in observers):
+            raise InvalidArgumentError(
+                f"observers must be a list of observer factories (callables), got {observers!r}"
+            )
+        self.observers = list(observers) if observers is not None else None
 
     def _make_agent(self) -> TurnAgent:
         if isinstance(self._agent, Agent) or callable(getattr(self._agent, "run_turn", None)):
@@ -301,6 +318,20 @@ class Worker:
         ``claimed_at``: ``time.monotonic()`` taken when the claim's answer arrived (now, if
         not given), from which the store's clock is estimated.
         """
+        async with anyio.create_task_group() as observing:
+            watch = _Observing(self, observing)
+            result = await self._process(lease, stop, claimed_at, watch)
+            await watch.end(result)
+            observing.cancel_scope.cancel()
+        return result
+
+    async def _process(
+        self,
+        lease: Lease,
+        stop: anyio.Event | None,
+        claimed_at: float | None,
+        watch: _Observing,
+    ) -> TurnResult:
         try:
             body = json.loads(lease.payload)
             session_id, turn_id = str(body["session_id"]), str(body["turn_id"])
@@ -375,6 +406,7 @@ class Worker:
                             session_id,
                             turn_id,
                             crash=self.crash,
+                            observer=watch.fanout,
                             clock=clock,
                             lease_held=lease_held,
                             owner=lease.message_id,
@@ -411,6 +443,7 @@ class Worker:
                     # it anyway: it may be the very message that recorded that later wait and
                     # died before queueing its wake-up; the replay suspends it again properly.
                     if not parked and not stale and not journal.finished:
+                        watch.start(lease, body, journal)
                         if lease.attempt >= lease.max_attempts > 1:
                             # The queue's last delivery: if this run died too (a crash loop:
                             # an out-of-memory kill, a segfault) the turn would be
@@ -641,6 +674,64 @@ class Worker:
 
 def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
+
+
+OBSERVER_CLOSE_SECONDS = 5.0
+"""How long a run's observers get to finish their work (publish what is queued) after it."""
+
+
+class _Observing:
+    """The observers of one run: made when the run starts its agent code, served in the
+    worker's task group, told how the run ended, closed within OBSERVER_CLOSE_SECONDS. A
+    factory or observer that fails is logged and left out: it cannot fail or block a turn."""
+
+    def __init__(self, worker: Worker, group: anyio.abc.TaskGroup) -> None:
+        self._worker = worker
+        self._group = group
+        self.fanout = FanOut()
+
+    def start(self, lease: Lease, body: dict[str, Any], journal: Journal) -> None:
+        worker = self._worker
+        factories = worker.observers if worker.observers is not None else default_observers()
+        step = journal.recorded_steps
+        wake = "wake" in body
+        run = TurnRun(
+            session_id=journal.session_id,
+            turn_id=journal.turn_id,
+            worker=worker.name,
+            attempt=lease.attempt,
+            message_id=lease.message_id,
+            step=step,
+            resumed=step > 0 or lease.attempt > 1 or wake,
+            wake=wake,
+        )
+        for factory in factories:
+            try:
+                observer = factory(worker.world, run)
+            except Exception:
+                log.warning("observer factory %r failed; not observing", factory, exc_info=True)
+                continue
+            if observer is not None:
+                self.fanout.observers.append(observer)
+                self._group.start_soon(self._serve, observer)
+        self.fanout.run_started(run)
+
+    async def _serve(self, observer: TurnObserver) -> None:
+        try:
+            await observer.serve()
+        except Exception:
+            log.warning("observer %r failed; ignored", observer, exc_info=True)
+
+    async def end(self, result: TurnResult) -> None:
+        if not self.fanout.observers:
+            return
+        self.fanout.run_ended(RunEnd(result.status, reply=result.reply, error=result.error))
+        with anyio.move_on_after(OBSERVER_CLOSE_SECONDS, shield=True):
+            for observer in self.fanout.observers:
+                try:
+                    await observer.aclose()
+                except Exception:
+                    log.warning("closing observer %r failed; ignored", observer, exc_info=True)
 
 
 async def _stop_on_signals(

@@ -5,6 +5,8 @@ The trace model (:mod:`world_core.observe._trace`) is read from the journal's lo
 below it (the journal, the SPI, the errors), through their public names.
 """
 
+from world_core.journal import add_default_observer
+from world_core.observe._events import MAX_QUEUED, PREVIEW_CHARS, LiveEvents, live_events
 from world_core.observe._sessions import SessionPage, SessionSummary, list_sessions
 from world_core.observe._trace import (
     TRACE_FORMAT,
@@ -25,6 +27,10 @@ from world_core.observe._trace import (
 )
 
 __all__ = [
+    "MAX_QUEUED",
+    "PREVIEW_CHARS",
+    "LiveEvents",
+    "live_events",
     "TRACE_FORMAT",
     "RunTrace",
     "SessionPage",
@@ -45,3 +51,4 @@ __all__ = [
     "trace_session",
 ]
 
+add_default_observer(live_events)  # every Worker publishes its turns' live events
