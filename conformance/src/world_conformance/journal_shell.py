@@ -47,7 +47,9 @@ SECOND = (
     "sed -i 's/a - b/a + b/' src/lib.py && grep -c '+' src/lib.py > fixed.txt && "
     "cat src/lib.py && rm tests/test_lib.py"
 )
-CRASH_POINTS = [(step, when) for step in range(5) for when in ("before_run", "after_run")]
+When = Literal["before_run", "after_run"]
+WHENS: tuple[When, ...] = ("before_run", "after_run")
+CRASH_POINTS: list[tuple[int, When]] = [(step, when) for step in range(5) for when in WHENS]
 """The turn's steps: 0 model, 1 bash, 2 model, 3 bash, 4 model."""
 
 
@@ -109,7 +111,7 @@ class JournalShellContract(ContractBase):
         digest = await Workspace(world).digest("clean")
         rows: dict[str, tuple[bool, int, bool]] = {}
 
-        async def point(step: int, when: Literal["before_run", "after_run"]) -> None:
+        async def point(step: int, when: When) -> None:
             session = f"crash-{step}-{when}"
             await client.submit(session, MESSAGE, turn_id="t")
             crash = CrashPoint(step, when, in_process=True)
