@@ -86,7 +86,7 @@ from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import TResponseOutputItem, TResponseStreamEvent
 from agents.memory import SessionSettings
-from agents.memory.session_settings import resolve_session_limit
+from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 from agents.models.multi_provider import MultiProvider
 from agents.tool import Tool as SDKTool
 from agents.tool_context import ToolContext as SDKToolContext
@@ -159,6 +159,8 @@ class WorldSession:
     Raises:
         InvalidIdentifierError: ``session_id`` is not a valid identifier.
         InvalidArgumentError: ``world`` is not a World.
+        TypeError: ``session_settings`` names a field the SDK's settings do not have (the
+            SDK's own error, as its sessions raise it).
     """
 
     def __init__(
@@ -173,9 +175,10 @@ class WorldSession:
         validate_id(session_id, "session_id")
         self.log_id = validate_id(SESSION_LOG_PREFIX + session_id, "session_id")
         self.session_id = session_id
-        settings = session_settings if session_settings is not None else SessionSettings()
         self.session_settings: SessionSettings | None = (
-            settings if isinstance(settings, SessionSettings) else SessionSettings(**settings)
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
         )
         self._world = world
         self._blobs = Blobs(world.stream)
