@@ -472,7 +472,7 @@ class Journal:
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
         log_id: str | None = None,
-        run: Mapping[str, str | int] | None = None,
+        run: Mapping[str, str | float] | None = None,
     ) -> None:
         self._world = world
         self._view: SessionView | None = None
@@ -524,7 +524,7 @@ class Journal:
         owner: str | None = None,
         queue: str = DEFAULT_QUEUE,
         history: int | None = None,
-        run: Mapping[str, str | int] | None = None,
+        run: Mapping[str, str | float] | None = None,
     ) -> Journal:
         """Load the session log (one read, plus the blobs it names) and return the journal of
         ``turn_id``.
@@ -547,7 +547,7 @@ class Journal:
             queue: the queue the turn's messages are on (its worker's): child runs are
                 queued there unless told otherwise, and their ends wake this turn there.
             run: who runs this attempt of the turn, recorded with every event this Journal
-                writes (``"run"``; a worker passes ``worker``, ``message`` and ``attempt``),
+                writes (``"run"``; a worker passes ``worker``, ``message``, ``attempt``, ``lease``),
                 so a trace can tell which run wrote what. Every event also carries ``at``
                 (``clock()`` when it was made) and each outcome ``started`` (when this Journal
                 began the step). Readers must accept events without them (older histories).

@@ -416,6 +416,7 @@ class Worker:
                                 "worker": self.name,
                                 "message": lease.message_id,
                                 "attempt": lease.attempt,
+                                "lease": self.lease,
                             },
                         )
                         if lease.message_id in journal.parked_messages:

@@ -145,6 +145,10 @@ class RunTrace(_Model):
     worker: str | None
     message: str | None
     attempt: int | None
+    lease: float | None = Field(
+        description="the lease's length in seconds (renewed while it runs): a run that stopped "
+        "held the turn at most this long after its last renewal"
+    )
     first_step: int | None = Field(description="the first step this run wrote (new work)")
     last_step: int | None = Field(description="the last step this run wrote")
     started_at: float | None = Field(description="its first event's time")
@@ -249,9 +253,10 @@ _Key = tuple[str | None, int | None]  # (message, attempt)
 
 
 class _Run:
-    def __init__(self, key: _Key, worker: str | None, seq: int) -> None:
+    def __init__(self, key: _Key, worker: str | None, seq: int, lease: float | None) -> None:
         self.key = key
         self.worker = worker
+        self.lease = lease
         self.seq = seq
         self.steps: list[int] = []
         self.times: list[float] = []
@@ -392,7 +397,9 @@ def _note_run(entry: _TurnEvents, body: dict[str, Any], seq: int, step: int | No
     run = entry.runs.get(key)
     if run is None:
         worker = info.get("worker")
-        run = entry.runs[key] = _Run(key, str(worker) if worker is not None else None, seq)
+        run = entry.runs[key] = _Run(
+            key, str(worker) if worker is not None else None, seq, _time(info.get("lease"))
+        )
     if step is not None:
         run.steps.append(step)
     at = _time(body.get("at"))
@@ -450,6 +457,7 @@ def _turn_trace(session: str, entry: _TurnEvents, content: bool) -> TurnTrace:
                 worker=run.worker,
                 message=run.key[0],
                 attempt=run.key[1],
+                lease=run.lease,
                 first_step=first,
                 last_step=last,
                 started_at=min(run.times) if run.times else None,
