@@ -376,6 +376,9 @@ async def test_an_older_schema_is_migrated_and_a_newer_one_refused(world: World)
 
     with pytest.raises(DocumentSchemaError, match="has no migrate"):
         await docs.get("s", "todo", NoMigrate)
+    with pytest.raises(DocumentSchemaError, match="must not overwrite it"):
+        await docs.put("s", "todo", Todo(items=["old code"]))  # no downgrade, not even blind
+    assert await docs.version("s", "todo") == 2
 
 
 # -- large values, small edits --------------------------------------------------------------------

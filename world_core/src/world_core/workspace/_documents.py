@@ -31,6 +31,11 @@ Versions and conflicts (no lost update)
       log moved meanwhile), so a session continued in a new log (continue-as-new) meanwhile
       is noticed; tool edits need only their key (a session is never continued while a turn
       is open), so they never wait for unrelated appends.
+    * Why a key per version rather than ``expect_tail`` for tool edits: ``expect_tail`` on the
+      session log would make every signal, input or app edit of any document landing while a
+      tool runs a conflict of that tool (a re-run, or a ``never`` tool's edit refused), and
+      would serialise a turn's commits with every other writer of the session. The key
+      conflicts only with an edit of the same document from the same version.
 
 Reads cost the same whatever the session's length
     Each document has a head log (``dochead/<sha-256 of the session id>/<name>``) whose event
@@ -57,7 +62,8 @@ Schema versions
     returning JSON) that brings an older stored value to the current schema. Reads migrate;
     the next write stores the migrated value as a new base with the new schema version. A
     value stored with a newer schema than the model's is refused with
-    :class:`~world_core.errors.DocumentSchemaError` naming the document and both versions.
+    :class:`~world_core.errors.DocumentSchemaError` naming the document and both versions,
+    on reads and on writes (old code never overwrites newer data).
 
 Watching
     ``async for version, value in docs.watch(session, name, Model, after_version=v)`` yields
@@ -394,6 +400,20 @@ def _to_model(model: type[M], head: _Head, session_id: str) -> M | None:
     return model.model_validate(raw)
 
 
+def _check_writable(head: _Head, schema: int, model: str, session_id: str) -> None:
+    """Refuse to write over a version stored with a newer schema (old code, new data)."""
+    if head.schema > schema:
+        raise DocumentSchemaError(
+            f"document {head.name!r} of session {session_id!r} (version {head.version}) is "
+            f"stored with schema version {head.schema}, newer than {model}'s schema_version "
+            f"{schema}: this code must not overwrite it (deploy the newer code); nothing was "
+            "written",
+            document=head.name,
+            stored=head.schema,
+            current=schema,
+        )
+
+
 async def _record(
     blobs: Blobs, head: _Head, raw: Any, schema: int, by: str, threshold: int
 ) -> dict[str, Any]:
@@ -440,7 +460,7 @@ class DocumentEdits:
     def __init__(self, context: ToolContext) -> None:
         self._context = context
         self._read: dict[str, _Head] = {}
-        self._edits: dict[str, tuple[Any, int]] = {}
+        self._edits: dict[str, tuple[Any, int, str]] = {}
         self._hooked = False
 
     async def read(self, name: str, model: type[M]) -> M | None:
@@ -492,11 +512,18 @@ class DocumentEdits:
         this call read (a blind write when it read none).
 
         Raises:
-            InvalidArgumentError: a bad name, or a value that is not a pydantic model.
+            InvalidArgumentError: a bad name, or a value that is not a pydantic model or holds
+                what JSON cannot (NaN, infinity).
+            DocumentSchemaError: the version this call read has a newer schema than
+                ``value``'s model.
         """
         check_document_name(name)
         raw = _dump(value)
-        self._edits[name] = (raw, schema_version(type(value)))
+        schema = schema_version(type(value))
+        head = self._read.get(name)
+        if head is not None:
+            _check_writable(head, schema, type(value).__name__, self._context.session_id)
+        self._edits[name] = (raw, schema, type(value).__name__)
         if not self._hooked:
             self._hooked = True
             self._context.before_commit(self._claim)
@@ -512,8 +539,9 @@ class DocumentEdits:
     async def _claim(self) -> None:
         context = self._context
         by = f"turn/{context.turn_id}/step/{context.step}"
-        for name, (raw, schema) in self._edits.items():
+        for name, (raw, schema, model) in self._edits.items():
             head = await self._head(name)
+            _check_writable(head, schema, model, context.session_id)
             record = await _record(context.blobs, head, raw, schema, by, DEFAULT_BLOB_THRESHOLD)
             context.claim(
                 document_key(name, head.version + 1),
@@ -598,6 +626,8 @@ class Documents:
             InvalidArgumentError: a bad session id, name, value or version (nothing written).
             DocumentConflictError: the document is not at ``expected_version`` (nothing
                 written): read it again and decide again.
+            DocumentSchemaError: the stored version has a newer schema than ``value``'s
+                model (nothing written).
         """
         session_log_id(session_id)
         check_document_name(name)
@@ -613,6 +643,7 @@ class Documents:
             head = await _read_head(world, self._blobs, session_id, name)
             if expected_version is not None and head.version != expected_version:
                 raise self._conflict(session_id, name, expected_version, head.version)
+            _check_writable(head, schema, type(value).__name__, session_id)
             record = await _record(self._blobs, head, raw, schema, "app", self._threshold)
             event = NewEvent(key=document_key(name, head.version + 1), data=canonical_json(record))
             try:
