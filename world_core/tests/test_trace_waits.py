@@ -99,3 +99,18 @@ async def test_a_failed_turn_shows_its_failure_with_secrets_masked(tmp_path: Pat
     text = format_trace(trace)
     assert "failed: RuntimeError: db postgresql://app:***@db" in text
     assert "hunter2" not in text + trace.model_dump_json()
+
+
+def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from world_core._cli_observe import _colour_wanted
+
+    leader, follower = os.openpty()
+    with open(follower, "w") as terminal, open(os.devnull, "w") as plain:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+        assert _colour_wanted(terminal) is True
+        assert _colour_wanted(plain) is False
+        monkeypatch.setenv("NO_COLOR", "1")
+        assert _colour_wanted(terminal) is False
+    os.close(leader)

@@ -155,6 +155,8 @@ def _turn_lines(turn: TurnTrace, paint: _Paint) -> list[str]:
     for index, run in enumerate(runs):
         who = run.worker or "unknown worker"
         attempt = f", delivery {run.attempt}" if run.attempt is not None else ""
+        if run.lease is not None:
+            attempt += f", lease {run.lease:g} s"
         first = run.first_step
         lines.append(
             f"├─ run {run.index}: {who}{attempt}, from {_clock(run.started_at)}"

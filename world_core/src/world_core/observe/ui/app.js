@@ -118,6 +118,7 @@ function renderTurn(turn) {
       el("div", { class: "run-head" },
         run.index == null ? "steps" :
         `run ${run.index} · ${run.worker ?? "unknown worker"}${run.attempt != null ? ` · delivery ${run.attempt}` : ""}` +
+        (run.lease != null ? ` · lease ${run.lease} s` : "") +
         ` · from ${clock(run.started_at)}` + (run.replayed_steps ? ` · replayed ${run.replayed_steps} step(s)` : "")));
     for (const step of turn.steps) {
       if (shown.has(step.step)) continue;
