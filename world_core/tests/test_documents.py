@@ -466,6 +466,13 @@ async def test_watch_follows_live_and_resumes_from_a_version(world: World) -> No
             v async for v, _ in docs.watch("s", "todo", Todo, after_version=3, idle_timeout=0.2)
         ]
     assert resumed == [4]
+    # A deadline ends a watch that is waiting, cleanly.
+    waited: list[int] = []
+    with anyio.move_on_after(0.3) as scope:
+        async for version, _ in docs.watch("s", "todo", Todo, after_version=4):
+            waited.append(version)
+    assert scope.cancelled_caught
+    assert waited == []
 
 
 # -- the head log is derived data ------------------------------------------------------------------

@@ -84,6 +84,7 @@ import copy
 import hashlib
 import json
 import math
+import random
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -637,7 +638,9 @@ class Documents:
             _check_version(expected_version, "expected_version")
         world = self._world
         head = _Head(name)
-        for _ in range(_PUT_ATTEMPTS):
+        for attempt in range(_PUT_ATTEMPTS):
+            if attempt:  # the session log moved under the last try: back off a little
+                await anyio.sleep(random.uniform(0, min(0.2, 0.002 * 2**attempt)))
             log_id = (await session_chain(world, session_id))[-1]
             tail = await world.log.tail(log_id)
             head = await _read_head(world, self._blobs, session_id, name)
