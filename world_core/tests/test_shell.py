@@ -17,6 +17,7 @@ from world_core.workspace import (
     LIMIT_EXIT_CODE,
     ShellLimits,
     ShellResult,
+    Snapshot,
     Tree,
     default_shell,
 )
@@ -226,6 +227,19 @@ def test_bad_limits_are_refused(setting: str, value: object) -> None:
 def test_bad_trees_are_refused(files: dict[str, object]) -> None:
     with pytest.raises(InvalidArgumentError):
         Tree(files=files)  # type: ignore[arg-type]
+
+
+async def test_a_snapshot_or_a_mapping_is_a_tree_too() -> None:
+    snapshot = Snapshot(files={"a/b.txt": b"x\n"}, dirs=frozenset({"a", "e"}), modes={})
+    from_snapshot = await default_shell().run("cat a/b.txt; ls", snapshot)
+    assert from_snapshot.stdout == "x\na\ne\n"
+    assert Tree.of(snapshot) == Tree(files={"a/b.txt": b"x\n"}, dirs=frozenset({"e"}))
+    from_mapping = await default_shell().run("cat f", {"f": b"y"})
+    assert from_mapping.stdout == "y"
+    with pytest.raises(InvalidArgumentError, match="Snapshot"):
+        Tree.of(42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="ShellLimits"):
+        await default_shell().run("true", START, {"timeout": 1})  # type: ignore[arg-type]
 
 
 def test_a_path_cannot_be_a_file_and_a_directory() -> None:

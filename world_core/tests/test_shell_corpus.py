@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from world_core.workspace import (
     ShellLimits,
     ShellResult,
     Tree,
+    TreeLike,
     default_shell,
 )
 
@@ -141,7 +143,10 @@ class JustBashShell:
 
         self.name = f"just-bash {importlib.metadata.version('just-bash')}"
 
-    async def run(self, script: str, tree: Tree, limits: ShellLimits | None = None) -> ShellResult:
+    async def run(
+        self, script: str, tree: TreeLike | Mapping[str, bytes], limits: ShellLimits | None = None
+    ) -> ShellResult:
+        tree = Tree.of(tree)
         import just_bash
 
         limits = limits or ShellLimits()

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,13 +25,16 @@ from world_core.workspace import (
     LIMIT_EXIT_CODE,
     FileTree,
     ShellLimits,
+    ShellResult,
     Tree,
+    TreeLike,
     bash_tool,
     default_shell,
 )
 
 pytestmark = pytest.mark.anyio
 LOG = session_log_id("s")
+Limits = ShellLimits | None
 
 FIRST = "mkdir -p src && printf 'def add(a, b):\\n    return a - b\\n' > src/lib.py && ls src"
 SECOND = "sed -i 's/a - b/a + b/' src/lib.py && echo '# lib' > README.md && cat src/lib.py"
@@ -161,8 +163,13 @@ async def test_any_shell_can_stand_behind_the_tool(world: World) -> None:
         def __init__(self) -> None:
             self.trees: list[Tree] = []
 
-        async def run(self, script: str, tree: Tree, limits: ShellLimits | None = None) -> Any:
-            self.trees.append(tree)
+        async def run(
+            self,
+            script: str,
+            tree: TreeLike | Mapping[str, bytes],
+            limits: ShellLimits | None = None,
+        ) -> ShellResult:
+            self.trees.append(Tree.of(tree))
             return await default_shell().run(script, tree, limits)
 
     shell = Recording()
@@ -186,8 +193,13 @@ async def test_an_app_edit_during_a_script_makes_it_run_again_on_the_new_tree(
         def __init__(self) -> None:
             self.trees: list[Tree] = []
 
-        async def run(self, script: str, tree: Tree, limits: ShellLimits | None = None) -> Any:
-            self.trees.append(tree)
+        async def run(
+            self,
+            script: str,
+            tree: TreeLike | Mapping[str, bytes],
+            limits: ShellLimits | None = None,
+        ) -> ShellResult:
+            self.trees.append(Tree.of(tree))
             if len(self.trees) == 1:
                 await Workspace(world).write("s", "app.txt", "from the app\n")
             return await default_shell().run(script, tree, limits)

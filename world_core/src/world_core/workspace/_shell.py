@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from world_core.errors import ConfigurationError, InvalidArgumentError, ShellLimitError
+from world_core.workspace._fs import TreeLike
 
 __all__ = [
     "LIMIT_EXIT_CODE",
@@ -186,6 +187,28 @@ class Tree:
         """Bytes of all files."""
         return sum(len(content) for content in self.files.values())
 
+    @classmethod
+    def of(cls, tree: TreeLike | Mapping[str, bytes]) -> Tree:
+        """``tree`` as a :class:`Tree`: a Tree as it is; anything with ``files``, ``dirs`` and
+        ``modes`` (the workspace's ``Snapshot``, ``context.fs.snapshot()``); or a mapping of
+        relative path to bytes.
+
+        Raises:
+            InvalidArgumentError: none of those, or a path or content a Tree refuses.
+        """
+        if isinstance(tree, Tree):
+            return tree
+        if isinstance(tree, Mapping):
+            return cls(files=tree)
+        try:
+            files, dirs, modes = tree.files, tree.dirs, tree.modes
+        except AttributeError:
+            raise InvalidArgumentError(
+                "tree must be a Tree, a Snapshot (files, dirs, modes) or a mapping of path to "
+                f"bytes, got {type(tree).__name__}"
+            ) from None
+        return cls(files=files, dirs=frozenset(dirs), modes=modes)
+
 
 @dataclass(frozen=True)
 class ShellResult:
@@ -232,14 +255,17 @@ class Shell(Protocol):
     name: str
     """The engine's name and version (``bashkit 0.20.1``)."""
 
-    async def run(self, script: str, tree: Tree, limits: ShellLimits | None = None) -> ShellResult:
+    async def run(
+        self, script: str, tree: TreeLike | Mapping[str, bytes], limits: ShellLimits | None = None
+    ) -> ShellResult:
         """Run ``script`` (as ``bash -c``) in ``/workspace`` holding ``tree``.
 
         Never reaches the host's files, processes or network; ``tree`` is not modified.
 
         Args:
             script: the bash script.
-            tree: the files it starts from.
+            tree: the files it starts from: a :class:`Tree`, a ``Snapshot`` or a mapping of
+                relative path to bytes (see :meth:`Tree.of`).
             limits: what it may use (default :class:`ShellLimits()`).
 
         Returns:
@@ -247,7 +273,8 @@ class Shell(Protocol):
             stopped by a limit, is a result, not an exception.
 
         Raises:
-            InvalidArgumentError: ``script`` is not a str or has NUL.
+            InvalidArgumentError: ``script`` is not a str or has NUL; ``tree`` is not a tree;
+                ``limits`` is not :class:`ShellLimits`.
         """
         ...
 

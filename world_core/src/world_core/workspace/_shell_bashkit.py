@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import bashkit
 
+from world_core.errors import InvalidArgumentError
+from world_core.workspace._fs import TreeLike
 from world_core.workspace._shell import (
     LIMIT_EXIT_CODE,
     SHELL_ENVIRONMENT,
@@ -100,10 +103,16 @@ class BashkitShell:
 
     name = f"bashkit {bashkit.__version__}"
 
-    async def run(self, script: str, tree: Tree, limits: ShellLimits | None = None) -> ShellResult:
+    async def run(
+        self, script: str, tree: TreeLike | Mapping[str, bytes], limits: ShellLimits | None = None
+    ) -> ShellResult:
         """See :meth:`Shell.run <world_core.workspace.Shell.run>`."""
         check_script(script)
-        limits = limits if limits is not None else ShellLimits()
+        tree = Tree.of(tree)
+        if limits is None:
+            limits = ShellLimits()
+        elif not isinstance(limits, ShellLimits):
+            raise InvalidArgumentError(f"limits must be ShellLimits, got {limits!r}")
         if tree.size > limits.max_memory_bytes:
             return self._stopped(tree, "memory", f"the tree holds {tree.size} bytes", "", "")
         bash = bashkit.Bash(

@@ -101,7 +101,7 @@ def bash_tool(
     ) -> dict[str, Any]:
         files = files_of(context)
         snapshot = await files.snapshot()
-        before = Tree(files=snapshot.files, dirs=frozenset(snapshot.dirs), modes=snapshot.modes)
+        before = Tree.of(snapshot)
         result = await engine.run(script, before, script_limits)
         if result.tree != before:
             await files.apply(result.tree)
