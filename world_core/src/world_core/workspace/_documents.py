@@ -44,8 +44,10 @@ Reads cost the same whatever the session's length
     (plus the blob of a large base). The head log is derived data: whoever finds it behind
     (a tool's edit is committed in the session log only; the head follows on the next read,
     app or tool) copies the missing versions over, so it is always repaired, never trusted
-    blindly. ``tests/test_documents.py`` counts the World calls of a read at 10 and 10,000
-    events.
+    blindly. A version written in a generation the session has since continued from is found
+    too, at one keyed ``get`` per generation since the head log's last version. Deleting a
+    session's logs does not delete its head logs (``dochead/<digest>/``): delete them too.
+    ``tests/test_documents.py`` counts the World calls of a read at 10 and 10,000 events.
 
 Large values and small edits
     A version is stored as a base (the whole value) or as a delta against the version before
