@@ -1,4 +1,5 @@
-"""LangGraph on a World: a checkpoint saver, and ``durable_tool`` for calls that must not run twice.
+"""LangGraph on a World: a checkpoint saver, ``durable_tool`` for calls that must not run twice,
+and a long-term memory store (:class:`WorldStore`).
 
 Make an existing graph durable::
 
@@ -68,11 +69,13 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterable,
     Iterator,
     Sequence,
 )
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal, ParamSpec, TypeVar, cast
 
 import anyio
@@ -92,6 +95,18 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.config import get_config
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
 
 from world_core._select import open_world
 from world_core.errors import (
@@ -99,6 +114,7 @@ from world_core.errors import (
     InvalidArgumentError,
     PossiblyRanError,
     ToolError,
+    UnsupportedError,
 )
 from world_core.journal import CLOCK_MARGIN, DEFAULT_TOOL_TIMEOUT, POSSIBLY_RAN, digest_of
 from world_core.spi import MAX_LIST_LIMIT, Event, NewEvent, World, validate_id
@@ -107,6 +123,7 @@ __all__ = [
     "PAGE",
     "READY",
     "WorldCheckpointSaver",
+    "WorldStore",
     "durable_tool",
 ]
 
@@ -125,6 +142,37 @@ _STRATEGIES = ("keep_latest", "delete")
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+
+# --------------------------------------------------------------------------------------------
+# Sync methods: the work runs on the World's event loop
+# --------------------------------------------------------------------------------------------
+
+
+class _Bridge:
+    """Runs coroutines on the event loop current when it was made, from other threads."""
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+        try:
+            self._token = anyio.lowlevel.current_token()
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"make the {owner} in async code, on the event loop the World was opened on "
+                f"(its sync methods hand their work to that loop); code without an event loop "
+                f"uses {owner}.blocking()"
+            ) from exc
+        self._thread = threading.get_ident()
+
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        if self._thread == threading.get_ident():
+            raise RuntimeError(
+                f"a sync method of {self._owner} was called on the event loop's own thread, "
+                "where it would wait for itself: use the async API (graph.ainvoke / "
+                "graph.astream, the a* methods) in async code, or run the sync graph in a "
+                "worker thread (anyio.to_thread.run_sync)"
+            )
+        return anyio.from_thread.run(_coroutine, fn, *args, token=self._token)
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,6 +320,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
 
     Raises:
         InvalidArgumentError: ``world`` is not a World.
+        RuntimeError: made outside an event loop (use :meth:`blocking` there).
     """
 
     def __init__(self, world: World, *, serde: SerializerProtocol | None = None) -> None:
@@ -281,18 +330,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             )
         super().__init__(serde=serde)
         self.world = world
-        self._loop_thread: int | None = None
-        self._call: Callable[..., Any] | None = None
-        try:
-            token = anyio.lowlevel.current_token()
-        except RuntimeError:
-            return  # made outside an event loop: blocking() sets the bridge
-        self._loop_thread = threading.get_ident()
-
-        def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-            return anyio.from_thread.run(_coroutine, fn, *args, token=token)
-
-        self._call = call
+        self._bridge = _Bridge(type(self).__name__)
 
     @classmethod
     @contextmanager
@@ -326,20 +364,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
                 yield portal.call(_make_saver, cls, the_world, serde)
 
     def _sync(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        if self._call is None:
-            raise RuntimeError(
-                "this WorldCheckpointSaver was made outside an event loop, so its sync methods "
-                "cannot reach the World: make it inside async code, or use "
-                "WorldCheckpointSaver.blocking()"
-            )
-        if self._loop_thread == threading.get_ident():
-            raise RuntimeError(
-                "a sync method of WorldCheckpointSaver was called on the event loop's own "
-                "thread, where it would wait for itself: use the async API "
-                "(graph.ainvoke / graph.astream, saver.aget_tuple ...) in async code, or run "
-                "the sync graph in a worker thread (anyio.to_thread.run_sync)"
-            )
-        return cast(T, self._call(fn, *args))
+        return self._bridge.run(fn, *args)
 
     # -- finding logs ------------------------------------------------------------------------
 
@@ -1075,3 +1100,275 @@ def durable_tool(
         return cast(T, answer(call, outcome))
 
     return cast(Callable[P, T], sync_wrapper)
+
+
+# --------------------------------------------------------------------------------------------
+# WorldStore: LangGraph's long-term memory store on a World
+# --------------------------------------------------------------------------------------------
+
+_STORE_PREFIX = "langgraph-store/"
+
+
+def _escape(label: str) -> str:
+    return label.replace("%", "%25").replace("/", "%2F")
+
+
+def _unescape(label: str) -> str:
+    return label.replace("%2F", "/").replace("%25", "%")
+
+
+def _store_labels(labels: Sequence[str]) -> str:
+    # Each label ended by "/" (escaped inside it): a namespace prefix is a string prefix, and
+    # ids sort as the labels do (but for labels holding "%" or "/").
+    return "".join(f"{_escape(label)}/" for label in labels)
+
+
+def _item_log(namespace: tuple[str, ...], key: str) -> str:
+    log_id = f"{_STORE_PREFIX}{_store_labels(namespace)}{_escape(key)}"
+    return validate_id(log_id, "store item log id (from namespace and key)")
+
+
+def _parse_item(log_id: str) -> tuple[tuple[str, ...], str] | None:
+    parts = [_unescape(part) for part in log_id.removeprefix(_STORE_PREFIX).split("/")]
+    if len(parts) < 2:
+        return None
+    return tuple(parts[:-1]), parts[-1]
+
+
+def _check_namespace(namespace: object, what: str = "namespace") -> tuple[str, ...]:
+    if not isinstance(namespace, tuple) or not all(isinstance(x, str) for x in namespace):
+        raise InvalidArgumentError(f"{what} must be a tuple of str, got {namespace!r}")
+    return namespace
+
+
+def _matches(value: Any, wanted: Any) -> bool:
+    """``filter`` semantics: equality, nested dicts and lists compared element by element,
+    and the operators ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``."""
+    if isinstance(wanted, dict):
+        if any(str(k).startswith("$") for k in wanted):
+            return all(_operator(value, str(op), arg) for op, arg in wanted.items())
+        return isinstance(value, dict) and all(_matches(value.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list | tuple):
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(wanted)
+            and all(_matches(v, w) for v, w in zip(value, wanted, strict=True))
+        )
+    return bool(value == wanted)
+
+
+def _operator(value: Any, op: str, arg: Any) -> bool:
+    if op == "$eq":
+        return bool(value == arg)
+    if op == "$ne":
+        return bool(value != arg)
+    if op not in ("$gt", "$gte", "$lt", "$lte"):
+        raise InvalidArgumentError(
+            f"unknown filter operator {op!r}: use $eq, $ne, $gt, $gte, $lt or $lte"
+        )
+    try:
+        left, right = float(value), float(arg)
+    except (TypeError, ValueError):
+        return False
+    return {"$gt": left > right, "$gte": left >= right, "$lt": left < right, "$lte": left <= right}[
+        op
+    ]
+
+
+def _namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    if condition.match_type == "prefix":
+        pairs = zip(namespace, path, strict=False)
+    elif condition.match_type == "suffix":
+        pairs = zip(reversed(namespace), reversed(path), strict=False)
+    else:
+        raise InvalidArgumentError(
+            f"match_type must be 'prefix' or 'suffix', got {condition.match_type!r}"
+        )
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+class WorldStore(BaseStore):
+    """LangGraph's long-term memory store (``BaseStore``) in a World's logs, any backend.
+
+    Each item is a log of its own, ``langgraph-store/<label>/.../<key>`` (``%`` and ``/``
+    escaped in labels and keys as ``%25`` and ``%2F``): a put
+    appends the new value (with when the item was created and updated), a delete deletes
+    the log, a get reads its last event. A namespace prefix is a prefix of log ids, so
+    ``search`` and ``list_namespaces`` list logs page by page instead of scanning everything.
+    Values are JSON objects.
+
+    Not supported: a vector index (``search``'s ``query`` is ignored, as LangGraph's stores
+    do without an index, and results come in namespace and key order, with ``score`` None) and
+    TTLs (``supports_ttl`` is False: LangGraph's ``put`` refuses a ``ttl``). An item updated
+    often keeps its earlier values in its log until it is deleted.
+
+    Sync methods (``batch``, ``get``, ``put`` ...) run on the World's event loop, as the
+    saver's do (see the module docstring); the store is made in async code.
+
+    Args:
+        world: an open World; the store neither opens nor closes it.
+
+    Raises:
+        InvalidArgumentError: ``world`` is not a World.
+        RuntimeError: made outside an event loop.
+    """
+
+    supports_ttl = False
+
+    def __init__(self, world: World) -> None:
+        if not isinstance(world, World):
+            raise InvalidArgumentError(
+                f"world must be an open World (open_world()), got {type(world).__name__}"
+            )
+        self.world = world
+        self._bridge = _Bridge(type(self).__name__)
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Sync :meth:`abatch` (from a thread other than the World's event loop)."""
+        return self._bridge.run(self.abatch, list(ops))
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run the operations in order; one result per operation.
+
+        Raises:
+            InvalidArgumentError: an unknown operation, a bad namespace or key, a value that is
+                not a JSON object, an unknown filter operator.
+            UnsupportedError: a put with a ``ttl``.
+        """
+        results: list[Result] = []
+        for op in ops:
+            if isinstance(op, GetOp):
+                results.append(await self._get(_check_namespace(op.namespace), op.key))
+            elif isinstance(op, PutOp):
+                await self._put(op)
+                results.append(None)
+            elif isinstance(op, SearchOp):
+                results.append(await self._search(op))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(await self._namespaces(op))
+            else:
+                raise InvalidArgumentError(
+                    f"unknown store operation {type(op).__name__}: pass GetOp, PutOp, SearchOp "
+                    "or ListNamespacesOp"
+                )
+        return results
+
+    async def _last(self, log_id: str, tail: int | None = None) -> dict[str, Any] | None:
+        if tail is None:
+            tail = await self.world.log.tail(log_id)
+        if tail == 0:
+            return None
+        events = await self.world.log.read(log_id, after=tail - 1, limit=1)
+        return _body(events[0]) if events else None
+
+    @staticmethod
+    def _item(namespace: tuple[str, ...], key: str, body: dict[str, Any]) -> Item:
+        return Item(
+            value=body["value"],
+            key=key,
+            namespace=namespace,
+            created_at=datetime.fromisoformat(body["created"]),
+            updated_at=datetime.fromisoformat(body["updated"]),
+        )
+
+    async def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
+        body = await self._last(_item_log(namespace, key))
+        return None if body is None else self._item(namespace, key, body)
+
+    async def _put(self, op: PutOp) -> None:
+        namespace = _check_namespace(op.namespace)
+        if not namespace:
+            raise InvalidArgumentError("namespace must not be empty: pass ('users', ...)")
+        if not isinstance(op.key, str):
+            raise InvalidArgumentError(f"key must be a str, got {type(op.key).__name__}")
+        log_id = _item_log(namespace, op.key)
+        if op.value is None:
+            await self.world.log.delete(log_id)
+            return
+        if op.ttl is not None:
+            raise UnsupportedError(
+                "WorldStore keeps items until they are deleted (no TTL): put with ttl=None"
+            )
+        if not isinstance(op.value, dict):
+            raise InvalidArgumentError(
+                f"a store value must be a dict (a JSON object), got {type(op.value).__name__}"
+            )
+        try:
+            value = json.loads(json.dumps(op.value, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"the value for key {op.key!r} is not JSON: {exc}; store JSON values only"
+            ) from exc
+        now = datetime.now(UTC).isoformat()
+        first = await self.world.log.read(log_id, limit=1)
+        created = _body(first[0])["created"] if first else now
+        body = {"value": value, "created": created, "updated": now}
+        await self.world.log.append(log_id, [NewEvent(data=_json(body))])
+
+    async def _items(
+        self, prefix: tuple[str, ...]
+    ) -> AsyncIterator[tuple[tuple[str, ...], str, int]]:
+        cursor: str | None = None
+        while True:
+            page = await self.world.log.list_logs(
+                prefix=_STORE_PREFIX + _store_labels(prefix), cursor=cursor, limit=MAX_LIST_LIMIT
+            )
+            for info in page.items:
+                parsed = _parse_item(info.log_id)
+                if parsed is not None and info.tail > 0:
+                    yield parsed[0], parsed[1], info.tail
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+    async def _search(self, op: SearchOp) -> list[SearchItem]:
+        prefix = _check_namespace(op.namespace_prefix, "namespace_prefix")
+        if op.limit < 0 or op.offset < 0:
+            raise InvalidArgumentError(
+                f"limit and offset must be >= 0, got limit={op.limit} offset={op.offset}"
+            )
+        found: list[SearchItem] = []
+        skipped = 0
+        async for namespace, key, tail in self._items(prefix):
+            if len(found) >= op.limit:
+                break
+            body = await self._last(_item_log(namespace, key), tail)
+            if body is None:
+                continue
+            if op.filter and not all(
+                _matches(body["value"].get(k), v) for k, v in op.filter.items()
+            ):
+                continue
+            if skipped < op.offset:
+                skipped += 1
+                continue
+            item = self._item(namespace, key, body)
+            found.append(
+                SearchItem(
+                    namespace=namespace,
+                    key=key,
+                    value=item.value,
+                    created_at=item.created_at,
+                    updated_at=item.updated_at,
+                )
+            )
+        return found
+
+    async def _namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        conditions = tuple(op.match_conditions or ())
+        literal: list[str] = []
+        for condition in conditions:  # list only under the literal start of a prefix match
+            if condition.match_type == "prefix":
+                for label in condition.path:
+                    if label == "*":
+                        break
+                    literal.append(label)
+                break
+        seen: set[tuple[str, ...]] = set()
+        async for namespace, _, _ in self._items(tuple(literal)):
+            if all(_namespace_matches(c, namespace) for c in conditions):
+                seen.add(namespace[: op.max_depth] if op.max_depth is not None else namespace)
+        return sorted(seen)[op.offset : op.offset + op.limit]
