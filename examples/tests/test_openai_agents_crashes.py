@@ -7,7 +7,12 @@ Workers until the turn has its reply. Per point: model calls repeated for steps 
 already held (target 0), emails at the real SMTP inbox (target exactly 1), the reply against
 the clean run's. The full matrix runs on local; every other backend runs the two points where
 a crash costs most (a model call answered and not recorded, an email sent and not recorded).
-Approvals (the SDK's ``needs_approval``) are crashed around too, on local and postgres.
+
+Approvals: the same agent with ``send_email`` declared ``needs_approval=True`` (the SDK's own
+flag). The run stops at the SDK's interruption, the turn suspends in an approval step, the test
+approves (or rejects) with ``Client`` from outside, and the run goes on from the SDK's
+``RunState``; crashed before and after the approval step and the send, on local and postgres:
+the approval is consumed once, the email sent once.
 """
 
 from __future__ import annotations
@@ -77,10 +82,17 @@ async def _model_outcomes(world: World, session: str) -> int:
     return count
 
 
-async def _run(world: World, queue: str, model: PolicyModel, crash: CrashPoint | None) -> Any:
+async def _run(
+    world: World,
+    queue: str,
+    model: PolicyModel,
+    crash: CrashPoint | None,
+    *,
+    needs_approval: bool = False,
+) -> Any:
     worker = Worker(
         world,
-        durable_agent(model, send_timeout=SEND_TIMEOUT),
+        durable_agent(model, send_timeout=SEND_TIMEOUT, needs_approval=needs_approval),
         queue=queue,
         lease=LEASE,
         crash=crash,
@@ -169,6 +181,107 @@ class _CrashContract:
             assert row["repeated_model_calls"] == 0, row
             assert row["effects"] == 1, row
             assert row["reply_matches"], row
+
+
+APPROVAL_STEPS = ["model", "tool lookup_note", "model", "approval send_email", "tool send_email"]
+APPROVAL_STEPS += ["model"]
+
+
+async def _consumed(world: World, session: str) -> list[str]:
+    """The senders of the approvals the turn consumed (outcomes of kind approval carrying a
+    signal; a retry covered by an earlier approval consumes none)."""
+    senders = []
+    for event in await world.log.read(session_log_id(session)):
+        body = json.loads(event.data)
+        signal = (body.get("result") or {}).get("signal")
+        if body.get("t") == "outcome" and body.get("kind") == "approval":
+            if isinstance(signal, dict):
+                senders.append(str(signal.get("sender")))
+    return senders
+
+
+async def approval_turn(
+    world: World, inbox: Inbox, session: str, crashes: list[str], *, approve: bool = True
+) -> dict[str, Any]:
+    """A turn whose send the SDK asks approval for: workers (the first ones crashing where
+    ``crashes`` say) until it ends; whenever it suspends, the test decides from outside."""
+    queue = f"q-{session}"
+    client = Client(world, queue=queue)
+    await client.submit(session, MESSAGE, turn_id="t1")
+    pending = list(crashes)
+    statuses: list[str] = []
+    for _ in range(12):
+        crash = None
+        if pending:
+            step, _, when = pending[0].partition(":")
+            crash = CrashPoint(int(step), when, in_process=True)  # type: ignore[arg-type]
+        result = await _run(world, queue, PolicyModel(), crash, needs_approval=True)
+        status = result.status if isinstance(result, TurnResult) else str(result)
+        if status == "crash":
+            pending.pop(0)
+        statuses.append(status)
+        if await client.reply(session, "t1") is not None:
+            break
+        if status == "suspended":
+            for waiting in await client.pending_approvals(session):
+                assert waiting.tool == "send_email"
+                decide = client.approve if approve else client.reject
+                await decide(session, "t1", waiting.step, by="tester", reason="checked")
+                statuses.append("decided")
+    return {
+        "statuses": statuses,
+        "crashed": not pending,
+        "reply": await client.reply(session, "t1"),
+        "consumed": await _consumed(world, session),
+        "effects": len(inbox.messages(session)),
+        "steps": await _steps(world, session),
+    }
+
+
+class _ApprovalContract:
+    """The SDK's needs_approval interruptions as world approvals, crashed around."""
+
+    world_name: ClassVar[str]
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    async def test_approved_send_runs_once(self, world: World, inbox: Inbox) -> None:
+        row = await approval_turn(world, inbox, f"{world.name}-approved", [])
+        assert row["statuses"] == ["suspended", "decided", "done"], row
+        assert (row["reply"], row["effects"], row["consumed"]) == (DONE, 1, ["tester"]), row
+        assert row["steps"] == APPROVAL_STEPS, row
+
+    async def test_rejected_send_does_not_run(self, world: World, inbox: Inbox) -> None:
+        row = await approval_turn(world, inbox, f"{world.name}-rejected", [], approve=False)
+        assert row["effects"] == 0, row
+        assert row["consumed"] == ["tester"], row
+        assert row["reply"].startswith("The launch note was not sent to ada@example.com:"), row
+        assert "tester rejected this call of send_email" in row["reply"], row
+
+    @pytest.mark.parametrize(
+        "crashes",
+        [["3:before_run"], ["3:after_run"], ["4:before_run"], ["4:after_run"]],
+        ids=lambda c: "+".join(c),
+    )
+    async def test_crash_around_the_approval(
+        self, world: World, inbox: Inbox, crashes: list[str]
+    ) -> None:
+        session = f"{world.name}-approval-{'-'.join(crashes).replace(':', '-')}"
+        row = await approval_turn(world, inbox, session, crashes)
+        assert row["crashed"], row
+        assert row["consumed"] == ["tester"], row  # asked and consumed once
+        assert (row["reply"], row["effects"]) == (DONE, 1), row
+
+
+class TestLocalApprovals(_ApprovalContract):
+    world_name = "local"
+
+
+class TestPostgresApprovals(_ApprovalContract):
+    world_name = "postgres"
 
 
 class TestLocalCrashes(_CrashContract):
