@@ -673,3 +673,65 @@ async def test_a_crash_before_and_after_every_file_step_leaves_the_clean_tree(
         # is told (step 5 makes build/out, which step 11 removes: without it, the same tree)
         expected = {(step, when): (step == 5, 0, True) for step in steps for when in WHENS}
     assert rows == expected
+
+
+async def test_sync_tools_use_the_blocking_view(world: World) -> None:
+    def sync_tool(label: str, context: ToolContext) -> list[str]:
+        """Write and list files from a worker thread."""
+        files = _fs(context).blocking
+        files.write("sync/a.txt", label)
+        files.append("sync/a.txt", "!")
+        files.mkdir("sync/empty")
+        files.copy("sync/a.txt", "sync/b.txt")
+        assert files.read_text("sync/b.txt") == label + "!"
+        assert files.exists("sync/empty")
+        assert files.stat("sync/a.txt").size == len(label) + 1
+        return files.glob("sync/**")
+
+    async def from_the_loop(context: ToolContext) -> None:
+        _fs(context).blocking.read("x")  # the event loop cannot wait for itself
+
+    journal = await _turn(world)
+    listed = await journal.call(tool(sync_tool, replay="safe"), {"label": "hi"})
+    assert listed == ["sync/a.txt", "sync/b.txt", "sync/empty"]
+    with pytest.raises(ToolError, match="blocking is for sync tools"):
+        await journal.call(_tool(from_the_loop, name="loop"), {"label": "x"})
+    await journal.finish("done")
+    assert await Workspace(world).read_text("s", "sync/b.txt") == "hi!"
+
+
+async def test_a_draft_replayed_in_the_same_process_starts_from_the_earlier_calls(
+    world: World,
+) -> None:
+    draft = virtual(durable=False)
+
+    async def add(context: ToolContext) -> str:
+        files = draft.files(context)
+        await files.append("log.txt", "line\n")
+        return await files.read_text("log.txt")
+
+    tools = [_tool(add, name="add")] * 3
+    journal = await _turn(world)
+    first = [await journal.call(item, {"label": str(i)}) for i, item in enumerate(tools)]
+    assert first == ["line\n", "line\nline\n", "line\nline\nline\n"]
+    # A journal opened again (the safe outcomes were never appended) runs the calls again:
+    # each starts from the draft the calls before it left, not from the last run's end.
+    again = await Journal.open(world, "s", "t")
+    second = [await again.call(item, {"label": str(i)}) for i, item in enumerate(tools)]
+    assert second == first
+
+
+async def test_imports_refuse_archives_larger_than_the_limits(world: World, tmp_path: Path) -> None:
+    small = Workspace(world, limits=WorkspaceLimits(max_total_bytes=1000, max_entries=2))
+    big = tmp_path / "big.tar"
+    big.write_bytes(b"\0" * 100_000)
+    with pytest.raises(WorkspaceLimitError, match="max_total_bytes"):
+        await small.import_tar("s", big)
+    with pytest.raises(WorkspaceLimitError, match="max_total_bytes"):
+        await small.import_tar("s", io.BytesIO(b"\0" * 100_000))
+    three = _tar(*((_member(f"f{i}"), b"x") for i in range(3)))
+    with pytest.raises(WorkspaceLimitError, match="max_entries"):
+        await small.import_tar("s", three)
+    with pytest.raises(InvalidArgumentError, match="not a tar"):
+        await small.import_tar("s", b"not a tar at all")
+    assert await small.tree("s") == FileTree()

@@ -8,6 +8,7 @@ outcome.
 from world_core.workspace._documents import DocumentEdits, Documents
 from world_core.workspace._fs import (
     TREE_DOCUMENT,
+    BlockingFiles,
     FileEntry,
     Files,
     FileStat,
@@ -39,6 +40,7 @@ __all__ = [
     "SHELL_TOOL_DESCRIPTION",
     "TREE_DOCUMENT",
     "WORKSPACE_ROOT",
+    "BlockingFiles",
     "DocumentEdits",
     "Documents",
     "FileEntry",

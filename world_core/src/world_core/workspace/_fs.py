@@ -43,13 +43,15 @@ import os
 import tarfile
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import IO, Literal, Protocol
+from typing import IO, Any, Literal, Protocol, TypeVar
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict
 
@@ -76,6 +78,7 @@ __all__ = [
     "TREE_DOCUMENT",
     "FileEntry",
     "FileStat",
+    "BlockingFiles",
     "FileTree",
     "Files",
     "Snapshot",
@@ -85,6 +88,8 @@ __all__ = [
     "Workspace",
     "virtual",
 ]
+
+T = TypeVar("T")
 
 TREE_DOCUMENT = "workspace"
 """The session document that holds a durable workspace's tree (:class:`TreeDocument`)."""
@@ -547,29 +552,8 @@ class _Draft:
         """Store, as blobs, the new contents the copy still names."""
         named = {entry.digest for entry in self.files.values()}
         for digest, data in self.new.items():
-            if digest in named and digest not in _STORED:
-                await blobs.put(data)
-                _STORED.add(digest)
-
-
-class _StoredDigests:
-    """Digests this process stored as blobs (bounded): skips a blob's existence check when the
-    same bytes are committed again. A blob is never deleted, so this cannot go stale."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._items: OrderedDict[str, None] = OrderedDict()
-        self._size = size
-
-    def __contains__(self, digest: object) -> bool:
-        return digest in self._items
-
-    def add(self, digest: str) -> None:
-        self._items[digest] = None
-        if len(self._items) > self._size:
-            self._items.popitem(last=False)
-
-
-_STORED = _StoredDigests()
+            if digest in named:
+                await blobs.put(data)  # one round trip when the blob is already there
 
 
 class Files:
@@ -595,6 +579,12 @@ class Files:
         self._loaded: _Draft | None = None
         self._lock = anyio.Lock()
         self.durable = durable
+
+    @property
+    def blocking(self) -> BlockingFiles:
+        """The same methods, not ``async``, for a sync tool (it runs in a worker thread):
+        ``context.fs.blocking.write("a.txt", "x")``."""
+        return BlockingFiles(self)
 
     async def _draft(self) -> _Draft:
         if self._loaded is None:
@@ -719,29 +709,150 @@ class Files:
         (await self._draft()).replace(tree)
 
 
+def _blocking(fn: Callable[..., Coroutine[Any, Any, T]], *args: object) -> T:
+    try:
+        anyio.get_current_task()
+    except RuntimeError:  # not in the event loop: a sync tool's worker thread
+        return anyio.from_thread.run(fn, *args)
+    raise InvalidArgumentError(
+        "context.fs.blocking is for sync tools (they run in a worker thread); in an async "
+        "tool, await the context.fs method itself"
+    )
+
+
+class BlockingFiles:
+    """:class:`Files` for sync tools, which run in a worker thread: each method runs its
+    ``async`` twin in the event loop and waits for it (see :class:`Files` for what each does
+    and raises).
+
+    Raises (every method, besides those of its twin):
+        InvalidArgumentError: called in the event loop itself (an async tool: ``await`` the
+            :class:`Files` method instead).
+    """
+
+    def __init__(self, files: Files) -> None:
+        self._files = files
+
+    def read(self, path: str) -> bytes:
+        """:meth:`Files.read`, blocking."""
+        return _blocking(self._files.read, path)
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """:meth:`Files.read_text`, blocking."""
+        return _blocking(self._files.read_text, path, encoding)
+
+    def write(
+        self, path: str, data: bytes | str, *, mode: int | None = None, parents: bool = True
+    ) -> int:
+        """:meth:`Files.write`, blocking."""
+        return _blocking(partial(self._files.write, mode=mode, parents=parents), path, data)
+
+    def append(self, path: str, data: bytes | str) -> int:
+        """:meth:`Files.append`, blocking."""
+        return _blocking(self._files.append, path, data)
+
+    def exists(self, path: str) -> bool:
+        """:meth:`Files.exists`, blocking."""
+        return _blocking(self._files.exists, path)
+
+    def stat(self, path: str) -> FileStat:
+        """:meth:`Files.stat`, blocking."""
+        return _blocking(self._files.stat, path)
+
+    def list(self, path: str = "") -> builtins.list[str]:
+        """:meth:`Files.list`, blocking."""
+        return _blocking(self._files.list, path)
+
+    def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
+        """:meth:`Files.mkdir`, blocking."""
+        _blocking(partial(self._files.mkdir, parents=parents, exist_ok=exist_ok), path)
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """:meth:`Files.remove`, blocking."""
+        _blocking(partial(self._files.remove, recursive=recursive), path)
+
+    def rename(self, source: str, target: str) -> None:
+        """:meth:`Files.rename`, blocking."""
+        _blocking(self._files.rename, source, target)
+
+    def copy(self, source: str, target: str) -> None:
+        """:meth:`Files.copy`, blocking."""
+        _blocking(self._files.copy, source, target)
+
+    def glob(self, pattern: str) -> builtins.list[str]:
+        """:meth:`Files.glob`, blocking."""
+        return _blocking(self._files.glob, pattern)
+
+    def tree(self) -> FileTree:
+        """:meth:`Files.tree`, blocking."""
+        return _blocking(self._files.tree)
+
+    def digest(self) -> str:
+        """:meth:`Files.digest`, blocking."""
+        return _blocking(self._files.digest)
+
+    def snapshot(self) -> Snapshot:
+        """:meth:`Files.snapshot`, blocking."""
+        return _blocking(self._files.snapshot)
+
+    def apply(self, tree: TreeLike) -> None:
+        """:meth:`Files.apply`, blocking."""
+        _blocking(self._files.apply, tree)
+
+
 class _DraftStore:
-    """The in-memory trees of ``virtual(durable=False)``: per session, for one turn, bounded
-    (the least recently used sessions are dropped past ``max_sessions``)."""
+    """The in-memory trees of ``virtual(durable=False)``, per session, for one turn.
 
-    def __init__(self, max_sessions: int = 64) -> None:
-        self._trees: OrderedDict[str, tuple[str, FileTree, dict[str, bytes]]] = OrderedDict()
-        self._max = max_sessions
+    Each tree is kept with the step of the call that made it, and a call at step ``n`` starts
+    from the latest tree made before ``n``: a turn replayed in the same process (its Journal
+    opened again after an error) does not see the changes of calls it is running again.
+    Bounded: at most ``max_sessions`` sessions and ``max_bytes`` of contents in all, the least
+    recently used session dropped first (its draft is then empty, as after a restart)."""
 
-    def get(self, session_id: str, turn_id: str) -> tuple[FileTree, dict[str, bytes]]:
-        found = self._trees.get(session_id)
-        if found is None or found[0] != turn_id:
-            self._trees.pop(session_id, None)  # a new turn: the last turn's draft is gone
+    def __init__(self, max_sessions: int = 64, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self._sessions: OrderedDict[str, _SessionDrafts] = OrderedDict()
+        self._max_sessions = max_sessions
+        self._max_bytes = max_bytes
+
+    def get(self, session_id: str, turn_id: str, step: int) -> tuple[FileTree, dict[str, bytes]]:
+        found = self._sessions.get(session_id)
+        if found is None or found.turn_id != turn_id:
+            self._sessions.pop(session_id, None)  # a new turn: the last turn's draft is gone
             return FileTree(), {}
-        self._trees.move_to_end(session_id)
-        return found[1], found[2]
+        self._sessions.move_to_end(session_id)
+        earlier = [tree for made_at, tree in found.trees if made_at < step]
+        return (earlier[-1] if earlier else FileTree()), found.contents
 
     def put(
-        self, session_id: str, turn_id: str, tree: FileTree, contents: dict[str, bytes]
+        self, session_id: str, turn_id: str, step: int, tree: FileTree, new: dict[str, bytes]
     ) -> None:
-        self._trees[session_id] = (turn_id, tree, contents)
-        self._trees.move_to_end(session_id)
-        while len(self._trees) > self._max:
-            self._trees.popitem(last=False)
+        found = self._sessions.get(session_id)
+        if found is None or found.turn_id != turn_id:
+            found = self._sessions[session_id] = _SessionDrafts(turn_id)
+        found.trees = [(made_at, t) for made_at, t in found.trees if made_at < step]
+        found.trees.append((step, tree))
+        del found.trees[:-_DRAFT_VERSIONS]
+        named = {entry.digest for _, t in found.trees for entry in t.files.values()}
+        found.contents = {d: b for d, b in {**found.contents, **new}.items() if d in named}
+        self._sessions.move_to_end(session_id)
+        while len(self._sessions) > self._max_sessions or (
+            len(self._sessions) > 1 and self._bytes() > self._max_bytes
+        ):
+            self._sessions.popitem(last=False)
+
+    def _bytes(self) -> int:
+        return sum(len(b) for d in self._sessions.values() for b in d.contents.values())
+
+
+_DRAFT_VERSIONS = 64
+"""The draft trees kept per session (one per call that changed files; older are dropped)."""
+
+
+@dataclass
+class _SessionDrafts:
+    turn_id: str
+    trees: list[tuple[int, FileTree]] = field(default_factory=list)
+    contents: dict[str, bytes] = field(default_factory=dict)
 
 
 _DRAFTS = _DraftStore()
@@ -792,8 +903,8 @@ class VirtualWorkspace:
         return Files(load, durable=True)
 
     def _draft(self, context: ToolContext) -> Files:
-        session, turn = context.session_id, context.turn_id
-        base, contents = _DRAFTS.get(session, turn)
+        session, turn, step = context.session_id, context.turn_id, context.step
+        base, contents = _DRAFTS.get(session, turn, step)
 
         async def missing(entry: FileEntry) -> bytes:
             raise AssertionError(f"draft workspace lost the bytes of {entry.digest}")
@@ -803,9 +914,7 @@ class VirtualWorkspace:
 
         def commit() -> None:
             if draft.changed:
-                named = {entry.digest for entry in draft.files.values()}
-                kept = {d: b for d, b in draft.new.items() if d in named}
-                _DRAFTS.put(session, turn, draft.result(), kept)
+                _DRAFTS.put(session, turn, step, draft.result(), draft.new)
 
         async def ready() -> _Draft:
             return draft
@@ -1066,12 +1175,19 @@ class Workspace:
                 climbs out with ``..`` or breaks another path rule; nothing is written.
             WorkspaceLimitError: the content passes a limit; nothing is written.
         """
+        most = self.limits.max_total_bytes + 2048 * (self.limits.max_entries + 8)
         if isinstance(source, bytes):
             raw = source
         elif isinstance(source, str | os.PathLike):
-            raw = await anyio.Path(os.fspath(source)).read_bytes()
+            file = anyio.Path(os.fspath(source))
+            size = (await file.stat()).st_size
+            if size > most:
+                raise self.limits.refuse("max_total_bytes", size, "the tar archive")
+            raw = await file.read_bytes()
         else:
-            raw = await anyio.to_thread.run_sync(source.read)
+            raw = await anyio.to_thread.run_sync(source.read, most + 1)
+        if len(raw) > most:  # a tar holding less than the limits is not this large
+            raise self.limits.refuse("max_total_bytes", len(raw), "the tar archive")
         snapshot = await anyio.to_thread.run_sync(_read_tar, raw, self.limits)
         async with self.edit(session_id, expect_version=expect_version) as files:
             await files.apply(snapshot)
