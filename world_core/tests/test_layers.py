@@ -15,6 +15,7 @@ LAYERS = [
     ("journal", ["journal"]),
     ("workspace", ["workspace"]),
     ("observe", ["observe"]),
+    ("integrations", ["integrations"]),
 ]
 LAYER_OF_MODULE = {
     "world_core.spi": "base",
@@ -23,6 +24,7 @@ LAYER_OF_MODULE = {
     "world_core.journal": "journal",
     "world_core.workspace": "workspace",
     "world_core.observe": "observe",
+    "world_core.integrations": "integrations",
 }
 ORDER = [name for name, _ in LAYERS]
 
