@@ -25,6 +25,7 @@ from world_core import (
     POSSIBLY_RAN,
     InvalidArgumentError,
     NewEvent,
+    NonDeterminismError,
     PossiblyRanError,
     SimulatedCrash,
     ToolError,
@@ -371,3 +372,27 @@ async def test_an_async_never_call_past_its_deadline_is_cut_off_and_may_have_run
     with anyio.fail_after(20):
         state = await _graph(saver, node).ainvoke({"log": []}, _thread("t"))
     assert state["log"] == ["cut off"]
+
+
+async def test_a_different_call_at_a_recorded_place_is_refused(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    crash = [True]
+
+    async def send(to: str) -> str:
+        return f"sent to {to}"
+
+    durable_send = durable_tool(send, replay="never", saver=saver)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        sent = await durable_send("ada" if crash[0] else "bob")  # the code changed meanwhile
+        if crash[0]:
+            raise SimulatedCrash("killed after the send was recorded")
+        return {"log": [sent]}
+
+    graph = _graph(saver, node)
+    with pytest.raises(SimulatedCrash):
+        await graph.ainvoke({"log": []}, _thread("t"))
+    crash[0] = False
+    with pytest.raises(NonDeterminismError) as raised:
+        await graph.ainvoke(None, _thread("t"))
+    assert raised.value.position.endswith("/send/0")

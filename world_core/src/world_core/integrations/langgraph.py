@@ -112,6 +112,7 @@ from world_core._select import open_world
 from world_core.errors import (
     DuplicateKeyError,
     InvalidArgumentError,
+    NonDeterminismError,
     PossiblyRanError,
     ToolError,
     UnsupportedError,
@@ -960,6 +961,9 @@ def durable_tool(
     * ``replay="safe"``: call, then record the outcome at once. A task that runs again after
       a crash reads it back: a finished model call wrapped this way is not paid twice. An
       interrupted call has nothing recorded and runs again.
+    * A record found at the call's place for another call (another tool name, other
+      arguments: the code or the task's input changed) raises
+      :class:`~world_core.NonDeterminismError` instead of answering for it.
     * ``replay="never"``: record the intent (with its deadline, ``timeout`` seconds on), then
       call, then record the outcome. Found an intent without an outcome (the call was
       interrupted), do not call: wait until its deadline has passed (plus
@@ -1011,6 +1015,17 @@ def durable_tool(
         """The recorded outcome to answer with, or None: run the call (its intent, for a
         ``never`` call, is durable by then)."""
         intent, outcome = await steps.recorded(call)
+        found = outcome if outcome is not None else intent
+        if found is not None and found.get("id", identity) != identity:
+            raise NonDeterminismError(
+                f"{step_name} at {call.key!r} of thread {call.thread_id!r} is not the call "
+                "recorded there (another tool or other arguments): the task's code or input "
+                "changed since the super-step was cut off; keep its calls in the same order "
+                "with the same arguments, or pass key= to name each call",
+                position=call.key,
+                recorded=found.get("id"),
+                attempted=identity,
+            )
         if outcome is not None:
             return outcome
         if intent is not None:
