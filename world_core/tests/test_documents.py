@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from world_core import (
@@ -26,6 +28,7 @@ from world_core import (
     SimulatedCrash,
     ToolContext,
     World,
+    canonical_json,
     open_world,
     session_log_id,
     tool,
@@ -565,3 +568,25 @@ async def test_a_blind_put_from_a_tool_is_based_on_the_version_at_commit(world: 
 
     assert await journal.call(tool(overwrite, replay="never"), {}) == "done"
     assert await docs.read("s", "todo", Todo) == (3, Todo(items=["tool"]))
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.floats(allow_nan=False, allow_infinity=False, width=16)
+    | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=2), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_json, _json)
+def test_patch_of_diff_gives_the_new_value_for_any_json(old: Any, new: Any) -> None:
+    ops = diff(old, new)
+    assert canonical_json(patch(json.loads(canonical_json(old)), ops)) == canonical_json(new)
+    if canonical_json(old) == canonical_json(new):
+        assert ops == []

@@ -8,8 +8,9 @@ waiting, so nothing is half done), it continues the session:
 1. the agent's ``summarize(previous_summary, turns)`` hook, if it has one, writes a summary of
    the generation's finished turns (read once, whole);
 2. a new log starts with a checkpoint that carries what the agent keeps: the summary, the last
-   ``carry_turns`` turns, the session's state (documents included) and the signals no wait has
-   consumed, and names its predecessor;
+   ``carry_turns`` turns, the session's state and the signals no wait has consumed, and
+   names its predecessor (documents need nothing carried: their head logs name the log of
+   each version, and a read follows the chain);
 3. the old log gets a ``continued`` marker naming the new one, appended only if the old log
    did not move since it was read (``expect_tail``): a turn submitted meanwhile makes the
    attempt give up (the new log is deleted) and the next turn's end tries again.
