@@ -106,6 +106,10 @@ def _step_line(step: StepTrace, paint: _Paint) -> str:
     return "  ".join(parts)
 
 
+def _replayed(first: int) -> str:
+    return ", replayed step 0" if first == 1 else f", replayed steps 0-{first - 1}"
+
+
 def _stop_lines(stop: Stop, paint: _Paint) -> list[str]:
     if stop.run is None:
         mark = paint("✗ STOPPED", "1;31")
@@ -160,7 +164,7 @@ def _turn_lines(turn: TurnTrace, paint: _Paint) -> list[str]:
         first = run.first_step
         lines.append(
             f"├─ run {run.index}: {who}{attempt}, from {_clock(run.started_at)}"
-            + (f", replayed steps 0-{first - 1}" if first and run.replayed_steps else "")
+            + (_replayed(first) if first and run.replayed_steps else "")
         )
         last = runs[index + 1].first_step if index + 1 < len(runs) else None
         for n in sorted(steps):
