@@ -1,0 +1,298 @@
+"""``world demo pydantic-ai``: a pydantic-ai agent's turn, crashed at every step.
+
+The agent is :mod:`world_examples.pydantic_ai_agent`: plain pydantic-ai (``Agent``, three
+tools, pydantic-ai's ``FunctionModel`` running a scripted policy: no API key) made durable
+by the ``WorldDurability`` capability, run by ``world worker`` processes.
+
+1. A clean turn, in one worker process: its steps (model requests and tool calls, each a
+   journal step) and its reply.
+2. The same turn crashed before and after every step, each in a session of its own: a
+   worker process started with ``CRASH_AT=<step>:<when>`` dies there (``os._exit(1)``), then
+   fresh worker processes take the turn over until it is done. Per crash point: model calls
+   repeated (requests whose response the journal already held: paid twice, target 0),
+   emails ``send_email`` (``never``) delivered to the real SMTP inbox (target exactly 1), and
+   whether the reply matches the clean turn's.
+
+It runs on the World, namespace and inbox :func:`world_examples.demo.run_demo` sets up.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+
+from world_core import Client, World, session_log_id
+from world_examples.demo import (
+    LEASE,
+    TURN,
+    _Context,
+    _run_worker,
+    _Screen,
+    _world_lines,
+)
+from world_examples.inbox import Inbox
+from world_examples.pydantic_ai_agent import MESSAGE, SEND_TIMEOUT
+
+__all__ = ["PydanticAIRow", "introduce", "run"]
+
+AGENT = "world_examples.pydantic_ai_agent:build_agent"
+MAX_PROCESSES = 5
+"""Worker processes taking a crashed turn over, at most (a cut-off send needs two: one finds
+the send's deadline ahead and re-queues the turn, the next answers for it)."""
+
+
+@dataclass(frozen=True)
+class PydanticAIRow:
+    """One crash point: where, what the step was, and the three numbers."""
+
+    crash_at: str
+    step: str
+    crashed: bool
+    """The first worker process died at its crash point."""
+    repeated_model_calls: int
+    """Model requests the workers taking over sent whose response the journal already held
+    (target 0)."""
+    effects: int
+    """Emails that reached the inbox for this turn (target 1)."""
+    reply_matches: bool
+    journaled_model_calls: int
+    """Model responses in the journal when the worker died."""
+    replay_model_calls: int
+    """Model requests sent after the crash, by the workers taking over."""
+    told_possibly_ran: bool
+    """The model was told send_email "may or may not have happened"."""
+    checked_sent: str | None
+    """What check_sent answered (None: not called)."""
+    processes: list[str]
+    """Each worker process's turn status, in order (``crash``: it died at CRASH_AT)."""
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Step:
+    kind: str
+    name: str
+    result: dict[str, Any]
+
+
+async def _steps(world: World, session: str) -> list[_Step]:
+    """The recorded steps of the session's turn, in step order."""
+    found: dict[int, _Step] = {}
+    for event in await world.log.read(session_log_id(session)):
+        body = json.loads(event.data)
+        if body.get("t") == "outcome":
+            found[int(body["step"])] = _Step(body["kind"], body["name"], body.get("result") or {})
+    return [found[n] for n in sorted(found)]
+
+
+def _label(step: _Step) -> str:
+    if step.kind == "model":
+        return "model"
+    return f"tool {step.name.rpartition(':')[2] or step.name.rpartition('.')[2]}"
+
+
+def _calls(ctx: _Context, pid: int) -> list[str]:
+    """Digests of the model requests worker process ``pid`` sent, in order."""
+    path = ctx.folder / "model-calls.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    return [str(row["digest"]) for row in rows if row["pid"] == pid]
+
+
+def _tool_output(step: _Step) -> str:
+    output = step.result.get("output")
+    if isinstance(output, dict):
+        return str(output.get("result"))
+    return str(output)
+
+
+async def _point(
+    ctx: _Context, index: int, crash_at: str, step: str, clean_reply: str
+) -> PydanticAIRow:
+    started = time.monotonic()
+    session = f"pydantic-ai-{index}-{crash_at.replace(':', '-')}"
+    queue = f"pydantic-ai-{index}"
+    client = Client(ctx.world, queue=queue)
+    await client.submit(session, MESSAGE, turn_id=TURN)
+    first = await _run_worker(ctx, queue, {"CRASH_AT": crash_at}, agent=AGENT)
+    crashed = first.result is None and first.returncode == 1
+    processes = ["crash" if crashed else str((first.result or {}).get("status", "exit"))]
+    journaled = sum(1 for s in await _steps(ctx.world, session) if s.kind == "model")
+    paid = set(_calls(ctx, first.pid)[:journaled])
+    replay: list[str] = []
+    reply = await client.reply(session, TURN)
+    for _ in range(MAX_PROCESSES):
+        if reply is not None:
+            break
+        ended = await _run_worker(ctx, queue, {}, agent=AGENT)
+        processes.append(str((ended.result or {}).get("status", f"exit {ended.returncode}")))
+        replay += _calls(ctx, ended.pid)
+        reply = await client.reply(session, TURN)
+    steps = await _steps(ctx.world, session)
+    told = any(s.name.endswith(":send_email") and s.result.get("interrupted") for s in steps)
+    checks = [_tool_output(s) for s in steps if s.name.endswith(":check_sent")]
+    return PydanticAIRow(
+        crash_at=crash_at,
+        step=step,
+        crashed=crashed,
+        repeated_model_calls=sum(1 for digest in replay if digest in paid),
+        effects=len(ctx.inbox.messages(session)),
+        reply_matches=reply == clean_reply,
+        journaled_model_calls=journaled,
+        replay_model_calls=len(replay),
+        told_possibly_ran=told,
+        checked_sent=checks[-1] if checks else None,
+        processes=processes,
+        seconds=round(time.monotonic() - started, 1),
+    )
+
+
+_HEADER = (
+    f"{'crash at':<14}{'step':<18}{'journaled':>10}{'replay':>8}{'repeated':>10}"
+    f"{'effects':>9}  reply"
+)
+
+
+def _row(row: PydanticAIRow) -> str:
+    reply = "identical" if row.reply_matches else "DIFFERENT"
+    mark = " *" if row.told_possibly_ran else ""
+    extra = "" if row.crashed else "  (did not crash)"
+    return (
+        f"{row.crash_at:<14}{row.step:<18}{row.journaled_model_calls:>10}"
+        f"{row.replay_model_calls:>8}{row.repeated_model_calls:>10}{row.effects:>9}"
+        f"  {reply}{mark}{extra}"
+    )
+
+
+def _legend(points: int) -> Iterator[str]:
+    yield f"2. The same turn crashed at {points} points, each in a session of its own; after each"
+    yield "   crash fresh worker processes take it over once the dead one's lease ran out."
+    yield "   n:before_run  killed just before step n's call; for send_email its intent is durable"
+    yield "   n:after_run   killed just after step n's call returned, before its outcome is written"
+    yield ""
+    yield "   journaled  model responses in the journal when the worker died"
+    yield "   replay     model requests sent after the crash, by the workers taking over"
+    yield "   repeated   replay requests whose response the journal already held (target 0)"
+    yield "   effects    emails send_email delivered to the inbox for this turn (target 1)"
+    yield "   reply      the final reply compared with the clean turn's (target identical)"
+    yield ""
+
+
+def _footnote(rows: list[PydanticAIRow]) -> Iterator[str]:
+    told = [row for row in rows if row.told_possibly_ran]
+    if not told:
+        return
+    yield "   * send_email is labelled never: it is not run again. The turn was held until its"
+    yield f"     deadline ({SEND_TIMEOUT:g} s after the send began), then pydantic-ai got a failed"
+    yield '     tool call saying the email "may or may not have happened", and the model looked:'
+    for row in told:
+        found = row.checked_sent or "did not check"
+        yield f"       {row.crash_at:<14}check_sent said {found!r}"
+
+
+async def run(ctx: _Context, as_json: bool) -> int:
+    """The demo, on ``ctx``'s World; returns the exit status."""
+    say = ctx.screen
+    started = time.monotonic()
+    say.line("1. The clean turn, in one worker process ...")
+    client = Client(ctx.world, queue="pydantic-ai-clean")
+    await client.submit("pydantic-ai-clean", MESSAGE, turn_id=TURN)
+    ended = await _run_worker(ctx, "pydantic-ai-clean", {}, agent=AGENT)
+    clean_reply = await client.reply("pydantic-ai-clean", TURN)
+    if clean_reply is None:
+        said = ended.result or f"exit status {ended.returncode}"
+        say.line(f"the clean turn produced no reply ({said}); anything the worker said is above")
+        return 1
+    steps = [_label(s) for s in await _steps(ctx.world, "pydantic-ai-clean")]
+    say.line("   steps  " + ", ".join(f"{n} {label}" for n, label in enumerate(steps)))
+    say.line(f"   reply  {clean_reply!r}  ({time.monotonic() - started:.1f} s)")
+    say.line()
+    points = [
+        (f"{n}:{when}", step)
+        for n, step in enumerate(steps)
+        for when in ("before_run", "after_run")
+    ]
+    if as_json:
+        say.line(f"2. crashing at {len(points)} points, fresh worker processes after each ...")
+    else:
+        for text in _legend(len(points)):
+            say.line(text)
+        say.line(_HEADER)
+    rows: dict[str, PydanticAIRow] = {}
+    shown = 0
+    limiter = anyio.CapacityLimiter(4)
+
+    async def one(index: int, crash_at: str, step: str) -> None:
+        nonlocal shown
+        async with limiter:
+            rows[crash_at] = await _point(ctx, index, crash_at, step, clean_reply)
+        while shown < len(points) and points[shown][0] in rows:  # rows in crash-point order
+            if not as_json:
+                say.line(_row(rows[points[shown][0]]))
+            shown += 1
+        say.progress(f"   {len(rows)}/{len(points)} crash points done")
+
+    async with anyio.create_task_group() as tg:
+        for index, (crash_at, step) in enumerate(points):
+            tg.start_soon(one, index, crash_at, step)
+    say.end_progress()
+    ordered = [rows[crash_at] for crash_at, _ in points]
+    ok = all(
+        r.crashed and r.repeated_model_calls == 0 and r.effects == 1 and r.reply_matches
+        for r in ordered
+    )
+    seconds = round(time.monotonic() - started, 1)
+    if as_json:
+        report: dict[str, Any] = {
+            "demo": "pydantic-ai",
+            "world": ctx.world_name,
+            "namespace": ctx.namespace,
+            "clean_reply": clean_reply,
+            "steps": steps,
+            "send_timeout": SEND_TIMEOUT,
+            "crash_points": [asdict(r) for r in ordered],
+            "targets_met": ok,
+            "seconds": seconds,
+        }
+        print(json.dumps(report, indent=2))
+        say.line(f"done in {seconds:.0f} s: targets {'met' if ok else 'NOT met'}")
+        return 0 if ok else 1
+    for text in _footnote(ordered):
+        say.line(text)
+    say.line()
+    verdict = "met" if ok else "NOT met"
+    say.line(
+        f"Targets {verdict}: zero repeated model calls, exactly one email and an identical reply"
+    )
+    say.line(f"at every crash point. ({seconds:.0f} s in all)")
+    return 0 if ok else 1
+
+
+def introduce(
+    screen: _Screen, world: World, namespace: str, base: str | None, where: str | None, inbox: Inbox
+) -> None:
+    """The pydantic-ai demo's opening lines."""
+    screen.line(
+        f"world demo pydantic-ai: a pydantic-ai agent's turn, crashed at every step, on the "
+        f"{world.name!r} World"
+    )
+    screen.line()
+    for text in _world_lines(world, namespace, base, where):
+        screen.line(text)
+    screen.line("   agent   pydantic-ai Agent + WorldDurability(): each model request and tool")
+    screen.line("           call is a journal step (world_examples.pydantic_ai_agent)")
+    screen.line("   tools   lookup_note (safe), send_email (never: not run twice),")
+    screen.line("           check_sent (safe: reads the inbox)")
+    screen.line(
+        f"   inbox   a real SMTP server on 127.0.0.1:{inbox.port}; emails are counted there"
+    )
+    lease, deadline = f"{LEASE:g} s", f"{SEND_TIMEOUT:g} s"
+    screen.line(f"   time    under a minute: a dead worker holds its turn for its {lease} lease;")
+    screen.line(f"           a crash at send_email also waits for its {deadline} deadline")
+    screen.line()
