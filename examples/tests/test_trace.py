@@ -352,6 +352,33 @@ def test_world_sessions_lists_newest_first_filters_and_pages(
     assert {s["status"] for s in json.loads(out)["sessions"]} == {"done"}
 
 
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+
+
+@pytest.mark.parametrize("name", ["clean", "crashed-after-send", "open-turn"])
+def test_world_trace_reads_exported_histories_written_before_runs_and_times(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = HISTORIES / f"{name}.json"
+    session = json.loads(path.read_text())["sessions"][0]["session_id"]
+    trace = _trace(session, capsys, "--file", str(path))
+    assert trace.turns
+    steps = [step for turn in trace.turns for step in turn.steps]
+    assert steps
+    assert all(step.started_at is None and step.ended_at is None for step in steps)
+    assert all(run.worker is None for turn in trace.turns for run in turn.runs)
+    if name == "crashed-after-send":
+        # Crashed after the send: told it may have happened, the agent checked and found it.
+        assert [s.status for s in steps if s.name == "send_email"] == ["possibly_ran"]
+        assert [s.name for s in steps][-2:] == ["check_sent", "model"]
+    status, out, _ = _world(["trace", session, "--file", str(path)], capsys)
+    assert status == 0
+    assert f"session {session}" in out
+    status, _, err = _world(["trace", "nobody", "--file", str(path)], capsys)
+    assert status == 2
+    assert f"holds no session 'nobody' (it holds: {session})" in err
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

@@ -252,9 +252,28 @@ async def _sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trace_file(args: argparse.Namespace) -> SessionTrace:
+    """The trace of ``args.session`` from an exported history (``world export``)."""
+    from world_core.journal import load_history_file, session_log_id
+
+    histories = load_history_file(args.file)
+    logs = [
+        (history.log_id or session_log_id(history.session_id), list(history.events))
+        for history in histories
+        if history.session_id == args.session
+    ]
+    if not logs:
+        held = ", ".join(sorted({h.session_id for h in histories})) or "none"
+        raise NotFoundError(f"{args.file} holds no session {args.session!r} (it holds: {held})")
+    return trace_events(args.session, logs, content=args.content, turn=args.turn)
+
+
 async def _trace(args: argparse.Namespace) -> int:
-    async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
-        trace = await trace_session(world, args.session, turn=args.turn, content=args.content)
+    if args.file is not None:
+        trace = _trace_file(args)
+    else:
+        async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
+            trace = await trace_session(world, args.session, turn=args.turn, content=args.content)
     if args.json:
         print(json.dumps(trace.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
@@ -392,6 +411,9 @@ def register(sub: Any, world_options: WorldOptions) -> None:
     )
     trace.add_argument(
         "--content", action="store_true", help="show prompts, tool arguments and results"
+    )
+    trace.add_argument(
+        "--file", help="read the session from this world export file instead of the World"
     )
     world_options(trace)
     trace.set_defaults(run=lambda args: anyio.run(_trace, args))
