@@ -318,11 +318,18 @@ class Worker:
         ``claimed_at``: ``time.monotonic()`` taken when the claim's answer arrived (now, if
         not given), from which the store's clock is estimated.
         """
+        stopped: BaseException | None = None
         async with anyio.create_task_group() as observing:
             watch = _Observing(self, observing)
-            result = await self._process(lease, stop, claimed_at, watch)
-            await watch.end(result)
+            try:
+                result = await self._process(lease, stop, claimed_at, watch)
+            except BaseException as exc:  # a cancellation, a simulated crash: raised as it came
+                stopped = exc
+            else:
+                await watch.end(result)
             observing.cancel_scope.cancel()
+        if stopped is not None:
+            raise stopped
         return result
 
     async def _process(

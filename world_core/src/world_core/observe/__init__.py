@@ -7,6 +7,7 @@ below it (the journal, the SPI, the errors), through their public names.
 
 from world_core.journal import add_default_observer
 from world_core.observe._events import MAX_QUEUED, PREVIEW_CHARS, LiveEvents, live_events
+from world_core.observe._otel import TurnTracing, span_id_of, trace_id_of
 from world_core.observe._sessions import SessionPage, SessionSummary, list_sessions
 from world_core.observe._trace import (
     TRACE_FORMAT,
@@ -31,6 +32,9 @@ __all__ = [
     "PREVIEW_CHARS",
     "LiveEvents",
     "live_events",
+    "TurnTracing",
+    "span_id_of",
+    "trace_id_of",
     "TRACE_FORMAT",
     "RunTrace",
     "SessionPage",
