@@ -304,13 +304,16 @@ async def _tail(args: argparse.Namespace) -> int:
             found = [t for t in current.turns if t.turn == turn]
             if not found:
                 return False
+            ended = found[0].status in ("done", "failed")
             for line in _turn_lines(found[0], colour):
-                key = line.split(" at ")[0] if "STOPPED" in line else line
-                if key in printed:
+                # A line once: the turn's head the first time, its end only at the end, a
+                # step each time its status changes.
+                key = "head" if line.startswith("turn ") else line
+                if key in printed or (line.startswith("└─") and not ended):
                     continue
                 printed[key] = line
                 print(line, flush=True)
-            return found[0].status in ("done", "failed")
+            return ended
 
         if show():
             return 0
