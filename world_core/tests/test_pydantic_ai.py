@@ -13,6 +13,7 @@ points after the model request before the send and around the send itself.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator
@@ -26,6 +27,7 @@ from fastmcp.client.transports import StdioTransport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel
 from pydantic_ai import Agent, AgentStreamEvent, FunctionToolset, RunContext, Tool
 from pydantic_ai.capabilities import RequestInput
 from pydantic_ai.durable_exec import (
@@ -70,7 +72,7 @@ from world_core import (
     open_world,
     session_log_id,
 )
-from world_core.errors import InvalidArgumentError
+from world_core.errors import ConfigurationError, InvalidArgumentError
 from world_core.integrations.pydantic_ai import (
     WorldAgent,
     WorldDurability,
@@ -457,8 +459,16 @@ async def test_an_approved_call_runs_once_across_a_crash_while_waiting(
     assert await run_turn(local, "s", agent) == "send said: sent to ops"
     assert len(sink.lines("s")) == 1
     assert len(asked) == 1
-    consumed = [o for o in await outcomes(local, "s") if o["kind"] == "signal"]
+    recorded = await outcomes(local, "s")
+    consumed = [o for o in recorded if o["kind"] == "signal"]
     assert [o["result"]["signal"]["sender"] for o in consumed] == ["ada"]
+    assert [(o["kind"], o["name"]) for o in recorded] == [
+        ("model", "approver__model.request"),
+        ("tool", "approver__external_event.deferred_tool_calls.ask"),
+        ("signal", "pydantic-ai/2/deferred_tool_calls"),
+        ("tool", "approver__function_toolset__<agent>.call_tool:send"),
+        ("model", "approver__model.request"),
+    ]
 
 
 async def test_a_refused_or_unanswered_call_does_not_run(local: World, sink: Sink) -> None:
@@ -748,3 +758,42 @@ async def test_recorded_tool_results_keep_their_wire_shape(local: World, sink: S
         "output": {"result": "the note says: ship it", "kind": "tool_return"}
     }
     assert recorded[0]["result"]["output"]["parts"][0]["part_kind"] == "tool-call"
+
+
+def test_the_integrations_package_imports_no_framework() -> None:
+    code = (
+        "import sys, world_core, world_core.integrations\n"
+        "loaded = {'pydantic_ai', 'langgraph', 'agents'} & set(sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+class Answer(BaseModel):
+    city: str
+    days: int
+
+
+async def test_structured_output_is_the_reply_in_json(local: World) -> None:
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        tool = info.output_tools[0].name
+        return ModelResponse(parts=[ToolCallPart(tool, {"city": "Lyon", "days": 3}, "c1")])
+
+    agent = Agent(
+        FunctionModel(answer), name="planner", output_type=Answer, capabilities=[WorldDurability()]
+    )
+    await Client(local).submit("s", "plan", turn_id=TURN)
+    assert await run_turn(local, "s", agent) == '{"city":"Lyon","days":3}'
+
+
+async def test_a_run_pydantic_ai_refuses_fails_as_a_configuration_error(
+    local: World, sink: Sink
+) -> None:
+    agent = make_agent(sink)
+    await Client(local).submit("s", MESSAGE, turn_id=TURN)
+    unregistered = FunctionModel(Scripted())  # a Model instance a step could not rebuild
+    refused = pytest.raises(ConfigurationError, match="pydantic-ai refused the run: The model")
+    with agent.override(model=unregistered), refused:
+        await run_turn(local, "s", agent)
+    assert sink.lines("s") == []

@@ -62,7 +62,7 @@ from pydantic_ai.durable_exec import (
     record_durable_unit,
     replay_scope,
 )
-from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.exceptions import ToolFailed, UserError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
 from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRunResult
@@ -70,7 +70,7 @@ from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import to_jsonable_python
 
-from world_core.errors import InvalidArgumentError, PossiblyRanError
+from world_core.errors import ConfigurationError, InvalidArgumentError, PossiblyRanError
 from world_core.journal import (
     DEFAULT_TOOL_TIMEOUT,
     Client,
@@ -365,7 +365,8 @@ class WorldDurability(BaseDurabilityCapability[AgentDepsT]):
         run = _current.get()
         if run is None:
             return await super().wrap_run(ctx, handler=handler)
-        with replay_scope(), external_event_scope(WorldEventWaiter(run.journal)):
+        waiter = WorldEventWaiter(run.journal, agent_name=self.name)
+        with replay_scope(), external_event_scope(waiter):
             return await super().wrap_run(ctx, handler=handler)
 
 
@@ -443,7 +444,12 @@ class WorldAgent:
         self.history_turns = history_turns
 
     async def run_turn(self, journal: Journal) -> str:
-        """Run (or replay) the turn's pydantic-ai run, record its reply, and return it."""
+        """Run (or replay) the turn's pydantic-ai run, record its reply, and return it.
+
+        Raises:
+            ConfigurationError: pydantic-ai refused the agent or the run (its ``UserError``):
+                running it again would fail the same way, so the turn fails at once.
+        """
         with _turn_scope(journal):
             try:
                 result = await self.agent.run(
@@ -454,11 +460,24 @@ class WorldAgent:
                 # suspended wait, a crash, a recorded tool error).
                 leaves = _leaves(group)
                 if len(leaves) == 1:
-                    raise leaves[0] from None
+                    raise _classified(leaves[0]) from None
                 raise
+            except UserError as exc:
+                raise _classified(exc) from exc
         output = result.output
-        reply = output if isinstance(output, str) else canonical_json(output).decode("utf-8")
-        return await journal.finish(reply)
+        if isinstance(output, str):
+            return await journal.finish(output)
+        return await journal.finish(canonical_json(to_jsonable_python(output)).decode("utf-8"))
+
+
+def _classified(error: BaseException) -> BaseException:
+    """pydantic-ai's ``UserError`` (a misconfigured agent or run) as the configuration error
+    it is, so a worker fails the turn instead of retrying it."""
+    if isinstance(error, UserError):
+        failed = ConfigurationError(f"pydantic-ai refused the run: {error}")
+        failed.__cause__ = error
+        return failed
+    return error
 
 
 # -- waiting for outside input ------------------------------------------------------------------
@@ -533,8 +552,9 @@ class WorldEventWaiter(ExternalEventWaiter):
     with :func:`resolve_event` or :func:`fail_event`.
     """
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, *, agent_name: str = "agent") -> None:
         self._journal = journal
+        self._agent_name = agent_name
 
     async def wait(
         self,
@@ -551,7 +571,10 @@ class WorldEventWaiter(ExternalEventWaiter):
             return await ask(token)
 
         answer = await journal.step(
-            "tool", f"external_event.{name}.ask", asking, input={"signal": signal}
+            "tool",
+            f"{self._agent_name}__external_event.{name}.ask",
+            asking,
+            input={"signal": signal},
         )
         if answer is not None:
             return cast(JsonValue, answer)
