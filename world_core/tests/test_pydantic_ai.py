@@ -200,7 +200,7 @@ async def outcomes(world: World, session: str) -> list[dict[str, Any]]:
     return found
 
 
-async def run_turn(world: World, session: str, agent: Agent[None, str], **options: Any) -> str:
+async def run_turn(world: World, session: str, agent: Agent[Any, Any], **options: Any) -> str:
     journal = await Journal.open(world, session, TURN, **options)
     with anyio.fail_after(30):
         return await WorldAgent(agent).run_turn(journal)
