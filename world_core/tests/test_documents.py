@@ -379,6 +379,16 @@ async def test_an_older_schema_is_migrated_and_a_newer_one_refused(world: World)
 
     with pytest.raises(DocumentSchemaError, match="has no migrate"):
         await docs.get("s", "todo", NoMigrate)
+
+    class BadMigrate(BaseModel):
+        schema_version: ClassVar[int] = 3
+
+        @classmethod
+        def migrate(cls, value: Any, from_version: int) -> Any:
+            raise KeyError("entries")
+
+    with pytest.raises(DocumentSchemaError, match=r"BadMigrate\.migrate.*from_version=2.*KeyError"):
+        await docs.get("s", "todo", BadMigrate)
     with pytest.raises(DocumentSchemaError, match="must not overwrite it"):
         await docs.put("s", "todo", Todo(items=["old code"]))  # no downgrade, not even blind
     assert await docs.version("s", "todo") == 2

@@ -399,7 +399,16 @@ def _to_model(model: type[M], head: _Head, session_id: str) -> M | None:
                 stored=head.schema,
                 current=current,
             )
-        raw = migrate(copy.deepcopy(raw), head.schema)
+        try:
+            raw = migrate(copy.deepcopy(raw), head.schema)
+        except Exception as exc:
+            raise DocumentSchemaError(
+                f"document {head.name!r} of session {session_id!r}: {model.__name__}.migrate"
+                f"(value, from_version={head.schema}) raised {type(exc).__name__}: {exc}",
+                document=head.name,
+                stored=head.schema,
+                current=current,
+            ) from exc
     return model.model_validate(raw)
 
 
