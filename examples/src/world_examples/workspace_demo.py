@@ -237,7 +237,7 @@ async def run(ctx: _Context, as_json: bool) -> int:
         say.line(_HEADER)
     rows: dict[str, WorkspaceRow] = {}
     shown = 0
-    limiter = anyio.CapacityLimiter(4)
+    limiter = anyio.CapacityLimiter(8)  # worker processes at once: 2 cores are busy at 8
 
     async def one(index: int, crash_at: str, step: str) -> None:
         nonlocal shown
@@ -292,6 +292,6 @@ def introduce(
     screen.line("   tool    bash (safe): a bash-compatible interpreter on the session's virtual")
     screen.line("           filesystem, no host files, processes or network; the files each")
     screen.line("           script leaves are committed with its outcome, or not at all")
-    screen.line(f"   time    about half a minute: a dead worker holds its turn for its {LEASE:g} s")
-    screen.line("           lease")
+    screen.line(f"   time    about 20 s: a dead worker holds its turn for its {LEASE:g} s lease,")
+    screen.line("           28 worker processes start")
     screen.line()
