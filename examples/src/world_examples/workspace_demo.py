@@ -293,5 +293,5 @@ def introduce(
     screen.line("           filesystem, no host files, processes or network; the files each")
     screen.line("           script leaves are committed with its outcome, or not at all")
     screen.line(f"   time    about 20 s: a dead worker holds its turn for its {LEASE:g} s lease,")
-    screen.line("           28 worker processes start")
+    screen.line("           29 worker processes start")
     screen.line()
