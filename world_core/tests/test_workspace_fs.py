@@ -237,7 +237,13 @@ async def test_every_operation(world: World) -> None:
     async def work(context: ToolContext) -> dict[str, Any]:
         fs = _fs(context)
         await fs.write("a/b/c.txt", "c")
-        await fs.write("a/d.txt", b"\x00\xff")
+        await fs.write_bytes("a/d.txt", b"\x00\xff")
+        with pytest.raises(InvalidArgumentError, match="takes bytes"):
+            await fs.write_bytes("a/x", "text")  # type: ignore[arg-type]  # refusal under test
+        with pytest.raises(InvalidArgumentError, match="takes a str"):
+            await fs.write_text("a/x", b"bytes")  # type: ignore[arg-type]  # refusal under test
+        assert await fs.write_text("a/latin.txt", "é", "latin-1") == 1
+        await fs.remove("a/latin.txt")
         await fs.mkdir("e")
         out: dict[str, Any] = {
             "root": await fs.list(),
@@ -679,8 +685,11 @@ async def test_sync_tools_use_the_blocking_view(world: World) -> None:
     def sync_tool(label: str, context: ToolContext) -> list[str]:
         """Write and list files from a worker thread."""
         files = _fs(context).blocking
-        files.write("sync/a.txt", label)
+        files.write_text("sync/a.txt", label)
         files.append("sync/a.txt", "!")
+        files.write_bytes("sync/raw.bin", b"\x00")
+        assert files.read_bytes("sync/raw.bin") == b"\x00"
+        files.remove("sync/raw.bin")
         files.mkdir("sync/empty")
         files.copy("sync/a.txt", "sync/b.txt")
         assert files.read_text("sync/b.txt") == label + "!"

@@ -630,6 +630,32 @@ class Files:
         (await self._draft()).put(normal, content, mode, parents)
         return len(content)
 
+    async def read_bytes(self, path: str) -> bytes:
+        """The file's bytes (:meth:`read`)."""
+        return await self.read(path)
+
+    async def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> int:
+        """Create or replace a file with ``data``; returns its size.
+
+        Raises:
+            InvalidArgumentError: ``data`` is not bytes.
+        """
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(f"write_bytes takes bytes, got {type(data).__name__}")
+        return await self.write(path, bytes(data), mode=mode)
+
+    async def write_text(
+        self, path: str, text: str, encoding: str = "utf-8", *, mode: int | None = None
+    ) -> int:
+        """Create or replace a file with ``text`` in ``encoding``; returns its size in bytes.
+
+        Raises:
+            InvalidArgumentError: ``text`` is not a str, or cannot be encoded.
+        """
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"write_text takes a str, got {type(text).__name__}")
+        return await self.write(path, _as_bytes(text, encoding), mode=mode)
+
     async def append(self, path: str, data: bytes | str) -> int:
         """Add to the end of a file (created if missing); returns its new size."""
         normal = normalize_path(path)
@@ -746,6 +772,20 @@ class BlockingFiles:
     ) -> int:
         """:meth:`Files.write`, blocking."""
         return _blocking(partial(self._files.write, mode=mode, parents=parents), path, data)
+
+    def read_bytes(self, path: str) -> bytes:
+        """:meth:`Files.read_bytes`, blocking."""
+        return _blocking(self._files.read_bytes, path)
+
+    def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> int:
+        """:meth:`Files.write_bytes`, blocking."""
+        return _blocking(partial(self._files.write_bytes, mode=mode), path, data)
+
+    def write_text(
+        self, path: str, text: str, encoding: str = "utf-8", *, mode: int | None = None
+    ) -> int:
+        """:meth:`Files.write_text`, blocking."""
+        return _blocking(partial(self._files.write_text, mode=mode), path, text, encoding)
 
     def append(self, path: str, data: bytes | str) -> int:
         """:meth:`Files.append`, blocking."""
