@@ -244,7 +244,7 @@ def _notes(row: Outcome) -> list[str]:
     return notes
 
 
-_HEADER = f"{'crash at':<15}{'super-step':<22}{'repeated':>9}{'emails':>8}  {'reply':<10}"
+_HEADER = f"{'crash at':<15}{'super-step':<22}{'repeated':>9}{'emails':>8}  {'reply':<12}"
 _ALONE = f"{'repeated':>9}{'emails':>8}  reply"
 
 
@@ -252,11 +252,11 @@ def _line(row: LangGraphRow) -> str:
     alone = row.langgraph_alone
     mark = " *" if row.told_possibly_ran else ""
     extra = "" if row.crashed and alone.crashed else "  (did not crash)"
+    reply = ("identical" if row.reply_matches else "DIFFERENT") + mark
     return (
         f"{row.crash_at:<15}{row.step:<22}{row.repeated_model_calls:>9}{row.effects:>8}  "
-        f"{'identical' if row.reply_matches else 'DIFFERENT':<10}"
-        f"{alone.repeated_model_calls:>9}{alone.effects:>8}  "
-        f"{'identical' if alone.reply_matches else 'DIFFERENT'}{mark}{extra}"
+        f"{reply:<12}{alone.repeated_model_calls:>9}{alone.effects:>8}  "
+        f"{'identical' if alone.reply_matches else 'DIFFERENT'}{extra}"
     )
 
 
@@ -287,7 +287,7 @@ async def run(ctx: _Context, as_json: bool) -> int:
         say.line("   repeated  model calls paid again for a reply the graph had (target 0)")
         say.line("   emails    emails the inbox received for the thread (target 1)")
         say.line()
-        say.line(f"{'':<37}{'with world (durable_tool)':<29}LangGraph alone")
+        say.line(f"{'':<37}{'with world (durable_tool)':<31}LangGraph alone")
         say.line(_HEADER + _ALONE)
     rows: dict[str, LangGraphRow] = {}
     limiter = anyio.CapacityLimiter(4)
