@@ -482,9 +482,10 @@ def test_world_tail_follows_a_turn_until_it_ends(
 # -- (c) the viewer in a real headless Chromium ------------------------------------------------
 
 
-@pytest.fixture
-def viewer(world_env: Matrix) -> Iterator[str]:
-    env = {**os.environ, **world_env.env}
+@pytest.fixture(scope="module")
+def viewer(matrix: Matrix) -> Iterator[str]:
+    """One ``world ui`` process for the module's browser tests."""
+    env = {**os.environ, **matrix.env}
     with subprocess.Popen(
         [*COMMAND, "ui", "--port", "0", "--poll", "0.3"],
         env=env,
@@ -513,7 +514,7 @@ def _chromium_required() -> bool:
     return os.environ.get("CI", "").lower() == "true" or bool(os.environ.get("WORLD_REQUIRE"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         message = (
