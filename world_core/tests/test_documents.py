@@ -145,7 +145,9 @@ async def test_a_never_tool_is_not_rerun_and_is_told_its_edit_was_not_saved(worl
         anyio.from_thread.run(docs.put, "s", "todo", Todo(items=["a", "app"]))
 
     add = tool(adder(runs, app_writes), replay="never")
-    with pytest.raises(ToolError, match="ran, but what it changed was not saved") as failed:
+    with pytest.raises(
+        ToolError, match=r"add_item ran and returned 2, but what it changed was not saved"
+    ) as failed:
         await journal.call(add, {"item": "refund"})
     assert "document 'todo' changed" in str(failed.value)
     assert runs == ["refund"]

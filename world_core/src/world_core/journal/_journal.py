@@ -1794,9 +1794,10 @@ class Journal:
                     }
                 else:
                     result = {
-                        "error": f"{name} ran, but what it changed was not saved: "
-                        f"{conflict.message}. Its effects outside the session happened; "
-                        "read the current data before you try it again",
+                        "error": f"{name} ran and returned {_preview(result.get('output'))}, "
+                        f"but what it changed was not saved: {conflict.message}. Its effects "
+                        "outside the session happened; read the current data before you try "
+                        "it again",
                         "conflict": conflict.message,
                         "output": result.get("output"),
                     }
