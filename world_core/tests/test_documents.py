@@ -20,13 +20,19 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from world_core import (
+    Agent,
     Client,
     CrashPoint,
     Documents,
     Journal,
+    ModelReply,
+    ModelRequest,
     Replay,
+    ScriptedModel,
     SimulatedCrash,
+    ToolCall,
     ToolContext,
+    Worker,
     World,
     canonical_json,
     open_world,
@@ -619,3 +625,33 @@ def test_patch_of_diff_gives_the_new_value_for_any_json(old: Any, new: Any) -> N
     assert canonical_json(patch(json.loads(canonical_json(old)), ops)) == canonical_json(new)
     if canonical_json(old) == canonical_json(new):
         assert ops == []
+
+
+async def test_the_model_is_told_when_a_never_tools_edit_was_not_saved(world: World) -> None:
+    """End to end: a Worker runs an Agent whose never tool's edit conflicts with the app's."""
+    docs = Documents(world)
+    await docs.put("s", "todo", Todo(items=["a"]))
+    runs: list[str] = []
+
+    def app_writes() -> None:
+        anyio.from_thread.run(docs.put, "s", "todo", Todo(items=["a", "app"]))
+
+    def policy(request: ModelRequest) -> ModelReply:
+        last = request.messages[-1]
+        if last["role"] == "tool":
+            return ModelReply(content=f"tool said: {last['content']}")
+        call = ToolCall(id="c1", name="add_item", arguments='{"item": "b"}')
+        return ModelReply(tool_calls=[call])
+
+    agent = Agent(
+        model=ScriptedModel(policy), tools=[tool(adder(runs, app_writes), replay="never")]
+    )
+    client = Client(world)
+    turn = await client.submit("s", "add b")
+    await Worker(world, agent).run_once(wait=5)
+    with anyio.fail_after(10):
+        reply = await client.wait("s", turn, timeout=10)
+    assert reply.startswith("tool said: Error: add_item ran and returned 2, but what it changed")
+    assert "document 'todo' changed after this call read version 1" in reply
+    assert runs == ["b"]
+    assert await docs.read("s", "todo", Todo) == (2, Todo(items=["a", "app"]))
