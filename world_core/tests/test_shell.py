@@ -201,6 +201,10 @@ async def test_memory_is_limited() -> None:
     assert refused.limit == "memory"
     assert refused.stdout == ""
     assert (await run("head -c 100 /dev/zero > ok", max_memory_bytes=4096)).limit is None
+    huge = Tree(files={"huge.bin": b"\x00" * 10_000_001})  # bashkit's own cap on one file
+    refused = await run("echo never", huge)
+    assert refused.limit == "memory"
+    assert "'huge.bin' is 10000001 bytes" in refused.stderr
 
 
 @pytest.mark.parametrize(

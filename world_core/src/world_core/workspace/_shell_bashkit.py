@@ -41,6 +41,9 @@ __all__ = ["BashkitShell"]
 _GRACE = 1.0
 """Seconds past ``timeout`` before the run is cancelled from outside."""
 
+ENGINE_MAX_FILE_BYTES = 10_000_000
+"""bashkit's own cap on one file (a script writing more gets "file too large", as ``EFBIG``)."""
+
 _ENGINE_LIMITS: tuple[tuple[re.Pattern[str], Limit], ...] = (
     (re.compile(r"execution timeout"), "time"),
     (re.compile(r"loop iterations"), "loop"),
@@ -106,7 +109,12 @@ class BashkitShell:
     async def run(
         self, script: str, tree: TreeLike | Mapping[str, bytes], limits: ShellLimits | None = None
     ) -> ShellResult:
-        """See :meth:`Shell.run <world_core.workspace.Shell.run>`."""
+        """See :meth:`Shell.run <world_core.workspace.Shell.run>`.
+
+        Raises:
+            InvalidArgumentError: a bad script, tree or limits, or a path of the tree the
+                interpreter's filesystem refuses.
+        """
         check_script(script)
         tree = Tree.of(tree)
         if limits is None:
@@ -115,6 +123,13 @@ class BashkitShell:
             raise InvalidArgumentError(f"limits must be ShellLimits, got {limits!r}")
         if tree.size > limits.max_memory_bytes:
             return self._stopped(tree, "memory", f"the tree holds {tree.size} bytes", "", "")
+        too_big = [path for path, data in tree.files.items() if len(data) > ENGINE_MAX_FILE_BYTES]
+        if too_big:
+            detail = (
+                f"{too_big[0]!r} is {len(tree.files[too_big[0]])} bytes; the interpreter takes "
+                f"files of at most {ENGINE_MAX_FILE_BYTES} bytes"
+            )
+            return self._stopped(tree, "memory", detail, "", "")
         bash = bashkit.Bash(
             username="user",
             hostname="world",
@@ -125,7 +140,10 @@ class BashkitShell:
             max_memory=limits.max_memory_bytes,
             timeout_seconds=limits.timeout,
         )
-        _load(bash.fs(), tree)
+        try:
+            _load(bash.fs(), tree)
+        except RuntimeError as exc:  # a path the interpreter's filesystem refuses
+            raise InvalidArgumentError(f"the shell could not load the tree: {exc}") from exc
         counted = [0]
         overflow = [False]
 
