@@ -1,0 +1,205 @@
+"""world_core.integrations.openai_agents beyond the SDK's own tests: WorldSession's bounded
+reads, pops and clears under concurrent writers on every backend, large items, bad input; and
+what DurableAgent refuses when it is built."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, ClassVar, cast
+
+import anyio
+import pytest
+from agents import Agent, function_tool, set_tracing_disabled
+
+from world_core import InvalidArgumentError, World
+from world_core.integrations.openai_agents import DurableAgent, WorldSession, tool_context
+from world_core.spi import Event
+
+set_tracing_disabled(True)
+
+
+def _item(n: int) -> Any:
+    return {"role": "user", "content": f"m{n}"}
+
+
+def _contents(items: list[Any]) -> list[str]:
+    return [str(item["content"]) for item in items]
+
+
+class _SessionContract:
+    world_name: ClassVar[str]
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    async def test_limited_reads_do_not_scan_the_log(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        session = WorldSession(world, "long")
+        for start in range(0, 400, 100):
+            await session.add_items([_item(n) for n in range(start, start + 100)])
+        for _ in range(5):
+            await session.pop_item()  # m399 .. m395
+        read: list[int] = []
+        original = world.log.read
+
+        async def counting(log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
+            events = await original(log_id, after=after, limit=limit)
+            read.append(len(events))
+            return events
+
+        monkeypatch.setattr(world.log, "read", counting)
+        assert _contents(await session.get_items(limit=3)) == ["m392", "m393", "m394"]
+        assert sum(read) <= 3 + 5 + 16, read  # the items, the pops, one window's slack
+        read.clear()
+        popped: Any = await session.pop_item()
+        assert popped is not None
+        assert popped["content"] == "m394"
+        assert sum(read) <= 16, read
+        read.clear()
+        assert len(await session.get_items()) == 394  # all of it: the whole log, as it must
+
+    async def test_concurrent_pops_never_return_one_item_twice(self, world: World) -> None:
+        first, second = WorldSession(world, "shared"), WorldSession(world, "shared")
+        await first.add_items([_item(n) for n in range(8)])
+        popped: list[Any] = []
+
+        async def pop(session: WorldSession) -> None:
+            popped.append(await session.pop_item())
+
+        async with anyio.create_task_group() as tg:
+            for n in range(10):
+                tg.start_soon(pop, first if n % 2 else second)
+        found = [item for item in popped if item is not None]
+        assert sorted(_contents(found)) == sorted(f"m{n}" for n in range(8))
+        assert popped.count(None) == 2
+        assert await first.get_items() == []
+
+    async def test_pops_racing_adds_lose_nothing(self, world: World) -> None:
+        session = WorldSession(world, "racing")
+        await session.add_items([_item(n) for n in range(6)])
+        popped: list[Any] = []
+
+        async def pop() -> None:
+            popped.append(await session.pop_item())
+
+        async def add(n: int) -> None:
+            await WorldSession(world, "racing").add_items([_item(n)])
+
+        async with anyio.create_task_group() as tg:
+            for n in range(6, 12):
+                tg.start_soon(add, n)
+                tg.start_soon(pop)
+        left = _contents(await session.get_items())
+        taken = _contents([item for item in popped if item is not None])
+        assert Counter(left) + Counter(taken) == Counter(f"m{n}" for n in range(12))
+        assert len(set(taken)) == len(taken)
+
+    async def test_clear_keeps_what_comes_after(self, world: World) -> None:
+        session = WorldSession(world, "cleared")
+        await session.add_items([_item(1), _item(2)])
+        await session.clear_session()
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await session.add_items([_item(3)])
+        assert _contents(await session.get_items()) == ["m3"]
+        assert _contents(await session.get_items(limit=5)) == ["m3"]
+
+    async def test_large_items_go_to_blobs(self, world: World) -> None:
+        session = WorldSession(world, "large")
+        big: Any = {"role": "user", "content": "x" * 200_000}
+        await session.add_items([_item(1), big, _item(2)])
+        items = await session.get_items()
+        assert items[1] == big
+        assert _contents(items[::2]) == ["m1", "m2"]
+        assert len(max((e.data for e in await world.log.read(session.log_id)), key=len)) < 1000
+        await session.pop_item()
+        assert await session.pop_item() == big
+
+
+class TestLocalSession(_SessionContract):
+    world_name = "local"
+
+
+class TestPostgresSession(_SessionContract):
+    world_name = "postgres"
+
+
+class TestRedisSession(_SessionContract):
+    world_name = "redis"
+
+
+class TestMongoSession(_SessionContract):
+    world_name = "mongo"
+
+
+class TestTursoSession(_SessionContract):
+    world_name = "turso"
+
+
+# -- bad input, refused before anything is written ----------------------------------------------
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_session_refuses_bad_input(world: World) -> None:
+    with pytest.raises(InvalidArgumentError, match="world must be an open World"):
+        WorldSession("not a world", "s")  # type: ignore[arg-type]
+    session = WorldSession(world, "bad")
+    with pytest.raises(InvalidArgumentError, match="item 1 must be a JSON object"):
+        await session.add_items([_item(1), "text"])  # type: ignore[list-item]
+    with pytest.raises(InvalidArgumentError, match="item 0 is not JSON"):
+        await session.add_items([cast(Any, {"role": "user", "content": float("nan")})])
+    assert await world.log.tail(session.log_id) == 0  # nothing half written
+    with pytest.raises(InvalidArgumentError, match="limit must be an int"):
+        await session.get_items(limit="3")  # type: ignore[arg-type]
+
+
+world_name = "local"  # the module-level tests above run on the local World
+
+
+@function_tool
+def lookup(topic: str) -> str:
+    """Look a topic up.
+
+    Args:
+        topic: what to look up.
+    """
+    return topic
+
+
+@function_tool
+def send(to: str) -> str:
+    """Send something.
+
+    Args:
+        to: the recipient.
+    """
+    return to
+
+
+def test_durable_agent_requires_a_label_per_function_tool() -> None:
+    agent = Agent(name="a", tools=[lookup, send])
+    with pytest.raises(InvalidArgumentError, match=r"replay=\{'send': \.\.\.\}"):
+        DurableAgent(agent, replay={"lookup": "safe"})
+    with pytest.raises(InvalidArgumentError, match="replay must be 'safe'"):
+        DurableAgent(agent, replay={"lookup": "safe", "send": "once"})  # type: ignore[dict-item]
+    with pytest.raises(InvalidArgumentError, match="no function tool named 'mail'"):
+        DurableAgent(agent, replay={"lookup": "safe", "send": "never", "mail": "never"})
+    with pytest.raises(InvalidArgumentError, match="timeout must be a number"):
+        DurableAgent(agent, replay={"lookup": "safe", "send": "never"}, timeouts={"send": 0})
+    with pytest.raises(InvalidArgumentError, match="handoffs"):
+        DurableAgent(Agent(name="b", handoffs=[agent]), replay={})
+    durable = DurableAgent(agent, replay={"lookup": "safe", "send": "never"})
+    assert durable.labels == {"lookup": "safe", "send": "never"}
+
+
+def test_tool_context_outside_a_durable_call_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="inside a function tool of a DurableAgent"):
+        tool_context()
