@@ -23,6 +23,7 @@ from world_core import (
     Chunk,
     ClosedError,
     DeadLetter,
+    DuplicateKeyError,
     Event,
     InvalidArgumentError,
     Lease,
@@ -501,4 +502,47 @@ class _DeafWatch(_LogFault):
 async def deaf_watch(*, url: str | None = None, namespace: str = "default") -> World:
     world = Wrapper(await _local(url, namespace))
     world.log = _DeafWatch(world.inner.log)
+    return world
+
+
+class _NeverClosed(_StreamFault):
+    """Fault: ``close`` does nothing, so no blob is ever complete (file contents are lost)."""
+
+    async def close(self, stream_id: str) -> None:
+        return None
+
+
+async def streams_never_closed(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.stream = _NeverClosed(world.inner.stream)
+    return world
+
+
+class _TakenKeysDropped(_LogFault):
+    """Fault: a batch carrying a key already in the log is appended anyway, without its keys
+    (a key is no longer a compare-and-set: a stale edit is not refused)."""
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        try:
+            return await self.inner.append(
+                log_id, events, expect_tail=expect_tail, status=status, messages=messages
+            )
+        except DuplicateKeyError:
+            unkeyed = [NewEvent(data=event.data) for event in events]
+            return await self.inner.append(
+                log_id, unkeyed, expect_tail=expect_tail, status=status, messages=messages
+            )
+
+
+async def taken_keys_dropped(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.log = _TakenKeysDropped(world.inner.log)
     return world

@@ -53,6 +53,8 @@ FAULTS = [
     ("closed_before_arguments", "test_world_closed_checks_arguments_first"),
     ("closed_looks_transient", "test_world_aclose_ends_waits"),
     ("polling_declared_native", "test_process_waiters_woken_by_other_process"),
+    ("streams_never_closed", "test_workspace_crash_at_every_file_step_leaves_the_clean_runs_tree"),
+    ("taken_keys_dropped", "test_workspace_app_and_tool_conflicts_are_detected"),
 ]
 
 CONTROLS = sorted({test for _, test in FAULTS} - {"test_outbox_absent_refused"})

@@ -195,14 +195,18 @@ class WorkspaceContract(ContractBase):
             await workspace.write("s", "plan.md", "v3 by the app")
             edited.set()
 
+        refused: list[ToolError] = []
         with anyio.fail_after(WAIT):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(app_edits)
-                with pytest.raises(ToolError):  # ran, but its edit was refused
+                try:
                     await journal.call(_step(edit, "edit", "never"), {})
+                except ToolError as exc:  # ran, but its edit was refused
+                    refused.append(exc)
         assert await workspace.read_text("s", "plan.md") == "v3 by the app", (
             "a tool's edit overwrote an app's edit made after the tool read the file"
         )
+        assert refused, "a never tool's edit over a newer app edit was not refused"
 
     async def test_workspace_confinement_attacks_are_refused(self, world: World) -> None:
         attacks = ["../escape", "a/../../escape", "/etc/passwd", "a\\..\\b", "a\x00b"]
