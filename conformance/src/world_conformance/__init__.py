@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         JournalTimerContract,
         JournalVersioningContract,
     )
+    from world_conformance.observe import ObserveContract
     from world_conformance.workspace import WorkspaceContract
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "LifecycleContract",
     "LogContract",
     "ModelContract",
+    "ObserveContract",
     "OutboxContract",
     "PayloadContract",
     "ProcessContract",
@@ -104,6 +106,7 @@ _HOME = {
     "LifecycleContract": "_lifecycle",
     "LogContract": "_log",
     "ModelContract": "_model",
+    "ObserveContract": "observe",
     "OutboxContract": "_outbox",
     "PayloadContract": "_payload",
     "ProcessContract": "_process",

@@ -24,6 +24,7 @@ from world_conformance.journal_waits import (
     JournalTimerContract,
     JournalVersioningContract,
 )
+from world_conformance.observe import ObserveContract
 from world_conformance.workspace import WorkspaceContract
 
 __all__ = ["WorldContract"]
@@ -52,6 +53,7 @@ class WorldContract(
     JournalShellContract,
     DocumentsContract,
     WorkspaceContract,
+    ObserveContract,
 ):
     """Every contract of the World SPI; a backend's test class derives from it and sets
     ``world_name`` (see ``ContractBase`` for ``known_gaps`` and the ``world_url`` override,
