@@ -12,13 +12,16 @@ from typing import Annotated, Any, TypedDict
 import anyio
 import anyio.to_thread
 import pytest
+from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
 from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
     generate_config,
     generate_metadata,
 )
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 from langgraph.types import RetryPolicy
 
 from world_core import (
@@ -374,14 +377,14 @@ async def test_an_async_never_call_past_its_deadline_is_cut_off_and_may_have_run
     assert state["log"] == ["cut off"]
 
 
-async def test_a_different_call_at_a_recorded_place_is_refused(world: World) -> None:
+async def test_a_different_call_at_a_named_place_is_refused(world: World) -> None:
     saver = WorldCheckpointSaver(world)
     crash = [True]
 
     async def send(to: str) -> str:
         return f"sent to {to}"
 
-    durable_send = durable_tool(send, replay="never", saver=saver)
+    durable_send = durable_tool(send, replay="never", saver=saver, key=lambda to: "the-send")
 
     async def node(state: State) -> dict[str, list[str]]:
         sent = await durable_send("ada" if crash[0] else "bob")  # the code changed meanwhile
@@ -395,4 +398,65 @@ async def test_a_different_call_at_a_recorded_place_is_refused(world: World) -> 
     crash[0] = False
     with pytest.raises(NonDeterminismError) as raised:
         await graph.ainvoke(None, _thread("t"))
-    assert raised.value.position.endswith("/send/0")
+    assert raised.value.position.endswith("/send/key/the-send")
+
+
+async def test_concurrent_calls_of_a_task_find_their_records_in_any_order(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    effects: list[str] = []
+    crash = [True]
+
+    async def send(to: str) -> str:
+        effects.append(to)
+        await anyio.sleep(0.01 if to == "ada" else 0)
+        return f"sent to {to}"
+
+    durable_send = durable_tool(send, replay="never", saver=saver)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        names = ["ada", "bob", "ada"] if crash[0] else ["bob", "ada", "ada"]  # another order
+        sent: list[str] = []
+
+        async def one(to: str) -> None:
+            sent.append(await durable_send(to))
+
+        async with anyio.create_task_group() as group:
+            for to in names:
+                group.start_soon(one, to)
+        if crash[0]:
+            raise SimulatedCrash("killed after the sends were recorded")
+        return {"log": sorted(sent)}
+
+    graph = _graph(saver, node)
+    with pytest.raises(SimulatedCrash):
+        await graph.ainvoke({"log": []}, _thread("t"))
+    crash[0] = False
+    state = await graph.ainvoke(None, _thread("t"))
+    assert state["log"] == ["sent to ada", "sent to ada", "sent to bob"]
+    assert sorted(effects) == ["ada", "ada", "bob"]  # each of the three calls ran once
+
+
+async def test_a_tool_node_running_tool_calls_in_parallel_threads(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+    effects: list[str] = []
+
+    def send(to: str) -> str:
+        """Send an email."""
+        effects.append(to)
+        return f"sent to {to}"
+
+    tools = ToolNode([tool(durable_tool(send, replay="never", saver=saver))])
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "tools")
+    builder.add_edge("tools", END)
+    graph = builder.compile(checkpointer=saver)
+    calls = [{"name": "send", "args": {"to": to}, "id": f"call-{to}"} for to in ("ada", "bob")]
+    request = AIMessage(content="", tool_calls=calls)
+
+    def invoke() -> Any:
+        return graph.invoke({"messages": [request]}, _thread("t"))
+
+    state = await anyio.to_thread.run_sync(invoke)
+    assert sorted(str(m.content) for m in state["messages"][1:]) == ["sent to ada", "sent to bob"]
+    assert sorted(effects) == ["ada", "bob"]

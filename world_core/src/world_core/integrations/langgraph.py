@@ -65,6 +65,7 @@ import inspect
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -864,19 +865,45 @@ def _keep_latest(events: list[Event]) -> list[Event]:
 
 Replay = Literal["safe", "never"]
 
+_RUNS_KEPT = 4096
+_runs: OrderedDict[int, tuple[object, dict[str, int]]] = OrderedDict()
+_runs_lock = threading.Lock()
 _calls: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar(
     "world_langgraph_calls", default=None
 )
 
 
+def _counters(configurable: dict[str, Any]) -> dict[str, int]:
+    """How often each call was made so far in this run of the task. A run of a task (each
+    attempt, each resume) has a runtime object of its own, shared by the threads and
+    coroutines the task fans out to (a ToolNode's parallel calls)."""
+    runtime = configurable.get("__pregel_runtime")
+    if runtime is None:
+        counts = _calls.get()
+        if counts is None:
+            counts = {}
+            _calls.set(counts)
+        return counts
+    with _runs_lock:
+        entry = _runs.get(id(runtime))
+        if entry is None or entry[0] is not runtime:  # (the id of a runtime gone, reused)
+            entry = (runtime, {})
+            _runs[id(runtime)] = entry
+            if len(_runs) > _RUNS_KEPT:
+                _runs.popitem(last=False)
+        else:
+            _runs.move_to_end(id(runtime))
+        return entry[1]
+
+
 @dataclass(frozen=True)
 class _Call:
     thread_id: str
-    key: str  # <task's checkpoint_ns>/<n>: the call's place, the same in every run of the task
+    key: str  # <task's checkpoint_ns>/<name>/...: the call's place, the same in every run
 
 
-def _place(name: str, key: str | None) -> _Call:
-    """Where this call is: its thread, and its task and position in the task."""
+def _place(name: str, identity: str, key: str | None) -> _Call:
+    """Where this call is: its thread, its task, and which call of the task it is."""
     try:
         config = get_config()
     except RuntimeError as exc:
@@ -887,20 +914,17 @@ def _place(name: str, key: str | None) -> _Call:
     thread_id = _thread_id(config, "the node's config")
     configurable = _configurable(config)
     task = str(configurable.get("checkpoint_ns") or "")
-    if key is None:
-        # Positions count per attempt of the task: a RetryPolicy's next attempt starts at 0
-        # again, and so finds the earlier attempt's records.
-        runtime = configurable.get("__pregel_runtime")
-        attempt = getattr(getattr(runtime, "execution_info", None), "node_attempt", 1)
-        counts = _calls.get()
-        if counts is None:
-            counts = {}
-            _calls.set(counts)
-        counter = f"{task}#{attempt}/{name}"
-        n = counts.get(counter, 0)
-        counts[counter] = n + 1
-        key = str(n)
-    return _Call(thread_id, validate_id(f"{task}/{name}/{key}", "durable call key"))
+    if key is not None:
+        place = f"{task}/{name}/key/{key}"
+    else:
+        # The call's arguments and how many identical calls came before it in this run of
+        # the task: the same in every run, whatever order concurrent calls start in.
+        counts = _counters(configurable)
+        with _runs_lock:
+            n = counts.get(identity, 0)
+            counts[identity] = n + 1
+        place = f"{task}/{name}/{identity[:32]}/{n}"
+    return _Call(thread_id, validate_id(place, "durable call key"))
 
 
 class _Steps:
@@ -953,17 +977,21 @@ def durable_tool(
 
     A call's place is its thread, its task (the task's ``checkpoint_ns``, which LangGraph
     derives from the checkpoint the super-step started from, so a task that runs again after
-    a crash has the same one) and the call's position among this tool's calls in the task's
-    attempt (or ``key(*args, **kwargs)``, for calls a task makes concurrently, whose order is
-    not fixed). The rules, as the journal's:
+    a crash has the same one), the tool's name, its arguments and how many identical calls
+    came before it in this run of the task. So a run of the task again (a resume, a
+    ``RetryPolicy`` attempt) finds each call's records whatever order concurrent calls start
+    in (a ``ToolNode`` runs a reply's tool calls in parallel). A call whose arguments differ
+    from the run before (code changed, or an input that is not durable itself) is a new
+    call: keep what feeds a ``never`` call's arguments durable (checkpointed state, other
+    ``durable_tool`` results), or name places with ``key``. The rules, as the journal's:
 
     * Outcome recorded: return it (or raise the recorded error) without calling ``fn``.
     * ``replay="safe"``: call, then record the outcome at once. A task that runs again after
       a crash reads it back: a finished model call wrapped this way is not paid twice. An
       interrupted call has nothing recorded and runs again.
-    * A record found at the call's place for another call (another tool name, other
-      arguments: the code or the task's input changed) raises
-      :class:`~world_core.NonDeterminismError` instead of answering for it.
+    * With ``key``: a record found at the call's place for other arguments (the code or
+      the task's input changed) raises :class:`~world_core.NonDeterminismError` instead of
+      answering for it.
     * ``replay="never"``: record the intent (with its deadline, ``timeout`` seconds on), then
       call, then record the outcome. Found an intent without an outcome (the call was
       interrupted), do not call: wait until its deadline has passed (plus
@@ -991,7 +1019,8 @@ def durable_tool(
             takeover waits that long before answering for an interrupted call.
         name: the step's name (``fn.__name__`` by default): part of the place, so renaming a
             tool is a new place.
-        key: names a call's place within its task instead of its position.
+        key: names a call's place within its task (``key(*args, **kwargs)``, say a
+            ``tool_call_id`` argument) instead of its arguments.
 
     Raises:
         InvalidArgumentError: a missing or unknown ``replay``, a ``timeout`` that is not a
@@ -1070,8 +1099,8 @@ def durable_tool(
 
         @functools.wraps(fn)
         async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            call = _place(step_name, key(*args, **kwargs) if key else None)
             identity = _identity(step_name, replay, args, kwargs)
+            call = _place(step_name, identity, key(*args, **kwargs) if key else None)
             outcome = await before(call, identity)
             if outcome is None:
                 try:
@@ -1098,8 +1127,8 @@ def durable_tool(
 
     @functools.wraps(fn)
     def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        call = _place(step_name, key(*args, **kwargs) if key else None)
         identity = _identity(step_name, replay, args, kwargs)
+        call = _place(step_name, identity, key(*args, **kwargs) if key else None)
         # The call runs here, in the caller's thread; the records go through the World's loop.
         outcome = saver._sync(before, call, identity)
         if outcome is None:
