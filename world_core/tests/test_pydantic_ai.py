@@ -67,6 +67,7 @@ from world_core import (
     Journal,
     SimulatedCrash,
     TurnSuspended,
+    Worker,
     World,
     digest_of,
     open_world,
@@ -800,3 +801,23 @@ async def test_a_run_pydantic_ai_refuses_fails_as_a_configuration_error(
     with agent.override(model=unregistered), refused:
         await run_turn(local, "s", agent)
     assert sink.lines("s") == []
+
+
+async def test_a_worker_suspends_the_turn_and_the_answer_wakes_it(local: World, sink: Sink) -> None:
+    """On a Worker: the wait frees the worker (status suspended); resolving the token queues
+    the turn's wake-up, and the next claim finishes it with the call approved."""
+    asked: list[tuple[str, list[str]]] = []
+    worker = Worker(local, WorldAgent(approval_agent(sink, asked)), crash=None)
+    client = Client(local)
+    await client.submit("s", MESSAGE, turn_id=TURN)
+    with anyio.fail_after(30):
+        first = await worker.run_once(wait=5)
+        assert first is not None
+        assert first.status == "suspended"
+        assert await worker.run_once(wait=0) is None  # nothing queued while it waits
+        await resolve_event(client, asked[0][0], {"approvals": {"call-1": True}}, sender="ada")
+        second = await worker.run_once(wait=5)
+    assert second is not None
+    assert (second.status, second.reply) == ("done", "send said: sent to ops")
+    assert len(sink.lines("s")) == 1
+    assert len(asked) == 1
