@@ -46,6 +46,7 @@ from world_core.errors import (
     WorkspaceLimitError,
 )
 from world_core.workspace import TREE_DOCUMENT, FileTree, normalize_path
+from world_core.workspace import _fs as fs_module
 
 pytestmark = pytest.mark.anyio
 LOG = session_log_id("s")
@@ -744,3 +745,20 @@ async def test_imports_refuse_archives_larger_than_the_limits(world: World, tmp_
     with pytest.raises(InvalidArgumentError, match="not a tar"):
         await small.import_tar("s", b"not a tar at all")
     assert await small.tree("s") == FileTree()
+
+
+async def test_a_cold_snapshot_reads_every_file_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = Workspace(world)
+    async with workspace.edit("s") as files:
+        for index in range(40):
+            await files.write(f"d{index % 4}/f{index}.txt", f"content {index % 10}")
+    monkeypatch.setattr(fs_module, "_CACHE", fs_module._ContentCache())  # a fresh process
+    snapshot = await workspace.snapshot("s")
+    assert len(snapshot.files) == 40
+    assert all(
+        data == f"content {int(path.rsplit('f', 1)[1].removesuffix('.txt')) % 10}".encode()
+        for path, data in snapshot.files.items()
+    )
+    assert snapshot.digest() == await workspace.digest("s")

@@ -277,6 +277,9 @@ class _ContentCache:
 
 _CACHE = _ContentCache()
 
+_PARALLEL_READS = 16
+"""Blob reads a snapshot keeps in flight at once."""
+
 
 class _Draft:
     """A mutable working copy of a tree: every operation checks all it needs first, then
@@ -544,7 +547,19 @@ class _Draft:
         self.new.update(contents)
 
     async def snapshot(self) -> Snapshot:
-        files = {path: await self.content(entry) for path, entry in sorted(self.files.items())}
+        # Contents not in memory are read from the blob store a few at a time, not one by one:
+        # a cold worker's first snapshot of a tree on a remote World is bounded by round trips.
+        loaded: dict[str, bytes] = {}
+        limiter = anyio.CapacityLimiter(_PARALLEL_READS)
+
+        async def load(digest: str, entry: FileEntry) -> None:
+            async with limiter:
+                loaded[digest] = await self.content(entry)
+
+        async with anyio.create_task_group() as tg:
+            for digest, entry in {e.digest: e for e in self.files.values()}.items():
+                tg.start_soon(load, digest, entry)
+        files = {path: loaded[entry.digest] for path, entry in sorted(self.files.items())}
         modes = {p: e.mode for p, e in self.files.items() if e.mode != DEFAULT_FILE_MODE}
         return Snapshot(files, frozenset(self.dirs), modes)
 
