@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -340,6 +341,7 @@ ATTACKS = [
 async def test_paths_that_would_escape_are_refused(world: World, path: str) -> None:
     async def attack(context: ToolContext) -> str:
         operations: list[Callable[[], Awaitable[Any]]] = [
+            lambda: _fs(context).symlink("/etc/passwd", "ok-link"),
             lambda: _fs(context).write(path, "pwned"),
             lambda: _fs(context).read(path),
             lambda: _fs(context).mkdir(path),
@@ -537,6 +539,10 @@ async def test_folder_imports_refuse_symlinks(world: World, tmp_path: Path) -> N
     (folder / "ok.txt").write_text("ok")
     (folder / "link").symlink_to("/etc/passwd")
     with pytest.raises(PathError, match="symlink"):
+        await Workspace(world).import_dir("s", folder)
+    (folder / "link").unlink()
+    os.mkfifo(folder / "fifo")
+    with pytest.raises(PathError, match="not a regular file"):
         await Workspace(world).import_dir("s", folder)
     assert await Workspace(world).tree("s") == FileTree()
     big = tmp_path / "big"

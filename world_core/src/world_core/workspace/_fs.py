@@ -719,6 +719,19 @@ class Files:
         old, new = normalize_path(source, what="source"), normalize_path(target, what="target")
         (await self._draft()).move(old, new, True)
 
+    async def symlink(self, target: str, path: str) -> None:
+        """Refused: a workspace holds files and directories only, never links (so no path can
+        resolve outside it).
+
+        Raises:
+            PathError: always; nothing is changed.
+        """
+        raise PathError(
+            f"cannot link {path!r} to {target!r}: a workspace has no symbolic or hard links "
+            "(copy the file instead)",
+            path=str(path),
+        )
+
     async def glob(self, pattern: str) -> builtins.list[str]:
         """Paths of files and directories matching ``pattern``, sorted: ``*``, ``?``,
         ``[abc]``, ``[!abc]`` within a name (names starting with ``.`` included), ``**`` for
@@ -833,6 +846,10 @@ class BlockingFiles:
     def copy(self, source: str, target: str) -> None:
         """:meth:`Files.copy`, blocking."""
         _blocking(self._files.copy, source, target)
+
+    def symlink(self, target: str, path: str) -> None:
+        """:meth:`Files.symlink`, blocking (refused)."""
+        _blocking(self._files.symlink, target, path)
 
     def glob(self, pattern: str) -> builtins.list[str]:
         """:meth:`Files.glob`, blocking."""
