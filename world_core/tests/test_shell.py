@@ -15,6 +15,8 @@ import pytest
 from world_core.errors import ConfigurationError, InvalidArgumentError, ShellLimitError
 from world_core.workspace import (
     LIMIT_EXIT_CODE,
+    MAX_COMMANDS,
+    MAX_FUNCTION_DEPTH,
     ShellLimits,
     ShellResult,
     Snapshot,
@@ -207,6 +209,16 @@ async def test_memory_is_limited() -> None:
     assert "'huge.bin' is 10000001 bytes" in refused.stderr
 
 
+async def test_deep_recursion_is_stopped_with_a_clear_error() -> None:
+    result = await run("f() { f; }; touch t; f")
+    assert result.limit == "depth"
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert f"more than {MAX_FUNCTION_DEPTH} deep" in result.stderr
+    assert result.tree == START
+    ok = await run("f() { [ $1 -le 0 ] && return; f $(( $1 - 1 )); }; f 10; echo fine")
+    assert ok.stdout == "fine\n"
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
@@ -216,6 +228,7 @@ async def test_memory_is_limited() -> None:
         ("max_output_bytes", 0),
         ("max_loop_iterations", -1),
         ("max_commands", 1.5),
+        ("max_commands", MAX_COMMANDS + 1),
         ("max_memory_bytes", "1"),
     ],
 )

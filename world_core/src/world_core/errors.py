@@ -279,7 +279,7 @@ class ShellLimitError(WorldError):
     The message names the setting to raise.
 
     Attributes:
-        limit: which limit (``time``, ``output``, ``loop``, ``commands``, ``memory``).
+        limit: which limit (``time``, ``output``, ``loop``, ``commands``, ``memory``, ``depth``).
     """
 
     def __init__(self, message: str, *, limit: str) -> None:

@@ -23,6 +23,8 @@ from world_core.workspace._fs import (
 from world_core.workspace._fs_paths import WorkspaceLimits, normalize_path
 from world_core.workspace._shell import (
     LIMIT_EXIT_CODE,
+    MAX_COMMANDS,
+    MAX_FUNCTION_DEPTH,
     SHELL_ENVIRONMENT,
     WORKSPACE_ROOT,
     Limit,
@@ -36,6 +38,8 @@ from world_core.workspace._shell_tool import SHELL_TOOL_DESCRIPTION, bash_tool
 
 __all__ = [
     "LIMIT_EXIT_CODE",
+    "MAX_COMMANDS",
+    "MAX_FUNCTION_DEPTH",
     "SHELL_ENVIRONMENT",
     "SHELL_TOOL_DESCRIPTION",
     "TREE_DOCUMENT",

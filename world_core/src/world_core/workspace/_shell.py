@@ -33,6 +33,8 @@ from world_core.workspace._fs import TreeLike
 
 __all__ = [
     "LIMIT_EXIT_CODE",
+    "MAX_COMMANDS",
+    "MAX_FUNCTION_DEPTH",
     "SHELL_ENVIRONMENT",
     "WORKSPACE_ROOT",
     "Limit",
@@ -49,8 +51,15 @@ WORKSPACE_ROOT = "/workspace"
 LIMIT_EXIT_CODE = 124
 """The exit code of a script stopped by a limit (as ``timeout(1)`` uses)."""
 
-Limit = Literal["time", "output", "loop", "commands", "memory"]
-"""Which :class:`ShellLimits` setting stopped a script."""
+Limit = Literal["time", "output", "loop", "commands", "memory", "depth"]
+"""What stopped a script: a :class:`ShellLimits` setting, or ``depth`` (functions nested
+deeper than the interpreter allows: :data:`MAX_FUNCTION_DEPTH`)."""
+
+MAX_COMMANDS = 100_000
+"""The most :attr:`ShellLimits.max_commands` may be (bashkit's own ceiling per script)."""
+
+MAX_FUNCTION_DEPTH = 16
+"""How deep bashkit lets functions call functions (recursion included); no setting raises it."""
 
 _LIMIT_SETTING: dict[str, str] = {
     "time": "timeout",
@@ -87,7 +96,8 @@ class ShellLimits:
         timeout: seconds of wall time (default 10).
         max_output_bytes: bytes of stdout and of stderr each (default 1 MiB).
         max_loop_iterations: iterations of any one loop (default 100,000).
-        max_commands: commands the whole script may run (default 100,000).
+        max_commands: commands the whole script may run (default and most:
+            :data:`MAX_COMMANDS`, 100,000; a long loop counts each command of each round).
         max_memory_bytes: bytes of all files in the tree, before and after the script
             (default 64 MiB); the interpreter's own memory is bounded by the same number.
 
@@ -114,6 +124,11 @@ class ShellLimits:
         _positive_int("max_output_bytes", self.max_output_bytes)
         _positive_int("max_loop_iterations", self.max_loop_iterations)
         _positive_int("max_commands", self.max_commands)
+        if self.max_commands > MAX_COMMANDS:
+            raise InvalidArgumentError(
+                f"ShellLimits.max_commands must be at most {MAX_COMMANDS} (the interpreter's own "
+                f"ceiling per script), got {self.max_commands!r}"
+            )
         _positive_int("max_memory_bytes", self.max_memory_bytes)
 
 
@@ -242,6 +257,11 @@ class ShellResult:
 def limit_message(limit: Limit, detail: str = "") -> str:
     """The message for a script stopped by ``limit`` (what to raise to let it finish)."""
     extra = f" ({detail})" if detail else ""
+    if limit == "depth":
+        return (
+            f"shell: the script was stopped: functions nested more than {MAX_FUNCTION_DEPTH} "
+            f"deep{extra}; no file was changed. Use a loop instead of deep recursion."
+        )
     return (
         f"shell: the script was stopped by the {limit} limit{extra}; no file was changed. "
         f"Make the script do less, or raise ShellLimits.{_LIMIT_SETTING[limit]}."

@@ -48,7 +48,8 @@ _ENGINE_LIMITS: tuple[tuple[re.Pattern[str], Limit], ...] = (
     (re.compile(r"execution timeout"), "time"),
     (re.compile(r"loop iterations"), "loop"),
     (re.compile(r"command (count|limit)"), "commands"),
-    (re.compile(r"function depth|memory"), "memory"),
+    (re.compile(r"function depth"), "depth"),
+    (re.compile(r"memory"), "memory"),
 )
 
 
