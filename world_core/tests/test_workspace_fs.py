@@ -768,3 +768,40 @@ async def test_a_cold_snapshot_reads_every_file_once(
         for path, data in snapshot.files.items()
     )
     assert snapshot.digest() == await workspace.digest("s")
+
+
+async def test_unchanged_contents_are_never_stored_again(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a 200 KB file is stored once, later versions that keep, copy, rename or rewrite
+    it with the same bytes store none of it again (counted at the stream)."""
+    big = os.urandom(200_000)
+    written: list[int] = []
+    write = world.stream.write
+
+    async def counting(stream_id: str, chunks: Any, *, expect_next: int | None = None) -> int:
+        written.append(sum(len(chunk) for chunk in chunks))
+        return await write(stream_id, chunks, expect_next=expect_next)
+
+    monkeypatch.setattr(world.stream, "write", counting)
+
+    async def first(context: ToolContext) -> None:
+        await _fs(context).write("big.bin", big)
+
+    async def later(context: ToolContext) -> None:
+        fs = _fs(context)
+        await fs.write("small.txt", "small")
+        await fs.copy("big.bin", "copy.bin")
+        await fs.rename("big.bin", "moved/big.bin")
+        await fs.write("again.bin", big)  # the same bytes under a new name
+
+    journal = await _turn(world)
+    await journal.call(_tool(first, name="first"), {"label": "1"})
+    assert sum(written) >= len(big)
+    written.clear()
+    await journal.call(_tool(later, name="later"), {"label": "2"})
+    await journal.finish("done")
+    assert sum(written) < 10_000, written  # the small file and the tree's delta at most
+    workspace = Workspace(world)
+    for path in ("copy.bin", "moved/big.bin", "again.bin"):
+        assert await workspace.read("s", path) == big
