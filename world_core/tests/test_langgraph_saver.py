@@ -460,3 +460,24 @@ async def test_a_tool_node_running_tool_calls_in_parallel_threads(world: World) 
     state = await anyio.to_thread.run_sync(invoke)
     assert sorted(str(m.content) for m in state["messages"][1:]) == ["sent to ada", "sent to bob"]
     assert sorted(effects) == ["ada", "bob"]
+
+
+async def test_arguments_that_are_not_json_need_a_key(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+
+    class Client:  # not data: it could not be told apart from another in the next run
+        pass
+
+    async def send(client: Client, to: str) -> str:
+        return f"sent to {to}"
+
+    unkeyed = durable_tool(send, replay="never", saver=saver)
+    keyed = durable_tool(send, replay="never", saver=saver, key=lambda client, to: to)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        with pytest.raises(InvalidArgumentError, match="key="):
+            await unkeyed(Client(), "ada")
+        return {"log": [await keyed(Client(), "ada")]}
+
+    state = await _graph(saver, node).ainvoke({"log": []}, _thread("t"))
+    assert state["log"] == ["sent to ada"]

@@ -108,6 +108,7 @@ from langgraph.store.base import (
     SearchItem,
     SearchOp,
 )
+from pydantic_core import to_jsonable_python
 
 from world_core._select import open_world
 from world_core.errors import (
@@ -956,11 +957,21 @@ class _Steps:
         return body
 
 
-def _identity(name: str, replay: Replay, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def _identity(
+    name: str, replay: Replay, args: tuple[Any, ...], kwargs: dict[str, Any], keyed: bool
+) -> str:
+    """The digest of the call: its tool and its arguments as JSON data (pydantic models,
+    LangChain messages, dataclasses included)."""
     try:
-        return digest_of({"name": name, "replay": replay, "args": args, "kwargs": kwargs})
-    except (TypeError, ValueError):
-        return digest_of({"name": name, "replay": replay, "args": repr((args, kwargs))})
+        data = to_jsonable_python({"args": list(args), "kwargs": kwargs})
+        return digest_of({"name": name, "replay": replay, **data})
+    except (TypeError, ValueError) as exc:
+        if keyed:
+            return digest_of({"name": name, "replay": replay})
+        raise InvalidArgumentError(
+            f"durable_tool {name!r}: its arguments are not JSON data ({exc}), so a run of the "
+            "task again could not tell this call from another: pass key= to name its place"
+        ) from exc
 
 
 def durable_tool(
@@ -1099,7 +1110,7 @@ def durable_tool(
 
         @functools.wraps(fn)
         async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            identity = _identity(step_name, replay, args, kwargs)
+            identity = _identity(step_name, replay, args, kwargs, key is not None)
             call = _place(step_name, identity, key(*args, **kwargs) if key else None)
             outcome = await before(call, identity)
             if outcome is None:
@@ -1127,7 +1138,7 @@ def durable_tool(
 
     @functools.wraps(fn)
     def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        identity = _identity(step_name, replay, args, kwargs)
+        identity = _identity(step_name, replay, args, kwargs, key is not None)
         call = _place(step_name, identity, key(*args, **kwargs) if key else None)
         # The call runs here, in the caller's thread; the records go through the World's loop.
         outcome = saver._sync(before, call, identity)
