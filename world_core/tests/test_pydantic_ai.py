@@ -76,6 +76,7 @@ from world_core import (
 from world_core.errors import ConfigurationError, InvalidArgumentError
 from world_core.integrations.pydantic_ai import (
     WorldAgent,
+    WorldApprovals,
     WorldDurability,
     event_token,
     fail_event,
@@ -821,3 +822,55 @@ async def test_a_worker_suspends_the_turn_and_the_answer_wakes_it(local: World, 
     assert (second.status, second.reply) == ("done", "send said: sent to ops")
     assert len(sink.lines("s")) == 1
     assert len(asked) == 1
+
+
+def world_approval_agent(sink: Sink, **options: Any) -> Agent[None, str]:
+    """The approval agent's tool and model, decided with world approvals (WorldApprovals)."""
+    agent = approval_agent(sink, [])
+    return Agent(
+        agent.model,
+        name="approver",
+        tools=list(agent._function_toolset.tools.values()),
+        capabilities=[WorldDurability(), WorldApprovals(**options)],
+    )
+
+
+async def test_world_approvals_decide_requires_approval_calls(local: World, sink: Sink) -> None:
+    """``world approve``'s API: the call is listed with its arguments, approved once (a crash
+    while waiting resumes the same wait), and runs once; a rejection says who and why."""
+    client = Client(local)
+    worker = Worker(local, WorldAgent(world_approval_agent(sink)), crash=None)
+    await client.submit("s", MESSAGE, turn_id=TURN)
+    with anyio.fail_after(30):
+        first = await worker.run_once(wait=5)
+        assert first is not None
+        assert first.status == "suspended"
+        [pending] = await client.pending_approvals("s")
+        assert (pending.tool, pending.arguments) == ("send", {"to": "ops"})
+        with pytest.raises(TurnSuspended):  # a crash while waiting: the same wait again
+            await run_turn(local, "s", world_approval_agent(sink))
+        assert len(await client.pending_approvals("s")) == 1
+        await client.approve("s", pending.turn_id, pending.step, by="ada")
+        await client.approve("s", pending.turn_id, pending.step, by="ada")  # counts once
+        done = await worker.run_once(wait=5)
+    assert done is not None
+    assert (done.status, done.reply) == ("done", "send said: sent to ops")
+    assert len(sink.lines("s")) == 1
+    kinds = [o["kind"] for o in await outcomes(local, "s")]
+    assert kinds == ["model", "approval", "tool", "model"]
+
+    await client.submit("r", MESSAGE, turn_id=TURN)
+    with pytest.raises(TurnSuspended):
+        await run_turn(local, "r", world_approval_agent(sink))
+    [pending] = await client.pending_approvals("r")
+    await client.reject("r", pending.turn_id, pending.step, by="bob", reason="not today")
+    reply = await run_turn(local, "r", world_approval_agent(sink))
+    assert reply == "send said: bob rejected this call of send, so it did not run: not today"
+    await client.submit("late", MESSAGE, turn_id=TURN)
+    with pytest.raises(TurnSuspended):
+        await run_turn(local, "late", world_approval_agent(sink, timeout=30))
+    reply = await run_turn(local, "late", world_approval_agent(sink, timeout=30), clock=later)
+    assert reply == "send said: nobody approved this call of send within 30 s, so it did not run"
+    assert sink.lines("r") == sink.lines("late") == []
+    with pytest.raises(InvalidArgumentError, match="timeout must be"):
+        WorldApprovals(timeout=0)

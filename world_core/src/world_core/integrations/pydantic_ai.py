@@ -45,6 +45,7 @@ from typing import Any, Literal, cast
 from pydantic import JsonValue
 from pydantic_ai.agent import EventStreamHandler
 from pydantic_ai.agent.abstract import AbstractAgent
+from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
 from pydantic_ai.capabilities.abstract import WrapRunHandler
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
@@ -66,7 +67,13 @@ from pydantic_ai.exceptions import ToolFailed, UserError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
 from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRunResult
-from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai.tools import (
+    AgentDepsT,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolDenied,
+)
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import to_jsonable_python
 
@@ -84,6 +91,7 @@ __all__ = [
     "CONFIG_KEY",
     "ENGINE_NAME",
     "WorldAgent",
+    "WorldApprovals",
     "WorldDurability",
     "WorldEventWaiter",
     "event_token",
@@ -98,6 +106,9 @@ ENGINE_NAME = "world"
 CONFIG_KEY = "world"
 """The tool metadata key of a tool's step config: ``{"replay": "safe" | "never",
 "timeout": seconds}`` (``timeout`` optional, default 60 s)."""
+
+DEFAULT_APPROVAL_TIMEOUT = 24 * 3600.0
+"""Seconds a call waits for a person's decision under :class:`WorldApprovals` by default."""
 
 _TOKEN_PREFIX = "world1."
 _MAX_WAIT = 10 * 366 * 86400.0  # the journal's longest wait
@@ -478,6 +489,64 @@ def _classified(error: BaseException) -> BaseException:
         failed.__cause__ = error
         return failed
     return error
+
+
+@dataclass(init=False)
+class WorldApprovals(AbstractCapability[AgentDepsT]):
+    """Decide a turn's ``requires_approval`` tool calls with ``world`` approvals: each call
+    waits, as a step of its own, for :meth:`Client.approve <world_core.Client.approve>` /
+    ``reject`` (``world approve SESSION TURN STEP``), listed meanwhile by
+    :meth:`Client.pending_approvals <world_core.Client.pending_approvals>` (``world
+    approvals``) with the tool's name and arguments, exactly like a ``world`` tool declared
+    ``approval="required"``. The turn holds no worker while it waits; a crash resumes the wait;
+    a decision counts once. A rejection, or no decision within ``timeout`` seconds, denies the
+    call (the model is told who refused it and why, or that nobody decided in time).
+
+    Add it next to :class:`WorldDurability`: ``capabilities=[WorldDurability(),
+    WorldApprovals()]``. Outside a turn it decides nothing (pydantic-ai then defers the calls
+    as usual).
+
+    Args:
+        timeout: seconds each call waits for a decision (default one day).
+
+    Raises:
+        InvalidArgumentError: ``timeout`` is not a number of seconds > 0.
+    """
+
+    timeout: float
+
+    def __init__(self, *, timeout: float = DEFAULT_APPROVAL_TIMEOUT) -> None:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or not 0 < timeout <= _MAX_WAIT
+        ):
+            raise InvalidArgumentError(
+                f"timeout must be a number of seconds > 0 (at most ten years), got {timeout!r}"
+            )
+        self.timeout = float(timeout)
+
+    def get_ordering(self) -> CapabilityOrdering:
+        return CapabilityOrdering(position="innermost")
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[AgentDepsT], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        run = _current.get()
+        if run is None or not requests.approvals:
+            return None
+        decisions: dict[str, bool | ToolDenied] = {}
+        for call in requests.approvals:  # one at a time: each wait is a step
+            refused = await run.journal.approval(
+                call.tool_name, call.args_as_dict(), timeout=self.timeout
+            )
+            decisions[call.tool_call_id] = True if refused is None else ToolDenied(refused)
+        return requests.build_results(approvals=decisions)
 
 
 # -- waiting for outside input ------------------------------------------------------------------
