@@ -39,6 +39,9 @@ def register(sub: Any) -> None:
             "the same turn with send_email waiting for a person's approval, crashes it around "
             "the wait and the send, approves from another process (world approve), and shows "
             "each approval consumed once, one email, and a turn nobody approves sending none. "
+            "'world demo workspace' crashes an agent that edits files with the bash tool (a "
+            "shell on the session's virtual filesystem) at every step and shows the clean run's "
+            "file tree, no repeated model call and the same reply at each crash point. "
             "The run has a namespace of its own (demo_<random>, or "
             "<WORKFLOW_NAMESPACE>_demo_<random>), purged at the end."
         ),
@@ -49,7 +52,9 @@ def register(sub: Any) -> None:
         choices=DEMOS,
         default="crashes",
         help="crashes: the crash matrix (the default); approval: a send that waits for a "
-        "person's approval, crashed around the wait",
+        "person's approval, crashed around the wait; workspace: an agent editing files with "
+        "the bash tool, crashed at every step (tree_matches, repeated_model_calls, "
+        "reply_matches per crash point)",
     )
     demo.add_argument(
         "--world", help="World to run on (default: WORKFLOW_TARGET_WORLD, else local)"
