@@ -19,7 +19,8 @@ Steps read back from the journal are reported to pydantic-ai as replayed
 (``record_durable_unit(executed=False)``), so its instrumentation exports no second span for
 them. Waiting for an outside answer (``RequestInput``, and so ``requires_approval`` tools) is
 a ``world`` signal raced against a timer (:class:`WorldEventWaiter`): the turn holds no worker
-while it waits, a crash while waiting resumes the wait, and an answer is consumed once.
+while it waits, a crash while waiting resumes the wait, and an answer is consumed once. Or
+:class:`WorldApprovals` decides ``requires_approval`` calls with ``world approve`` / ``reject``.
 
 Use::
 
