@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
+from world_conformance import ContractBase
 from world_core import (
     Client,
     CrashPoint,
@@ -152,16 +153,11 @@ async def matrix(world: World, inbox: Inbox, points: list[str]) -> list[dict[str
     return [rows[point] for point in points]
 
 
-class _CrashContract:
+class _CrashContract(ContractBase):
     """The crash matrix on one backend (``world_name``; ``points``: where to crash)."""
 
-    world_name: ClassVar[str]
+    contract_area = "openai-agents"
     points: ClassVar[list[str]]
-    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
-
-    @pytest.fixture
-    def anyio_backend(self) -> str:
-        return "asyncio"
 
     async def test_clean_run_sends_once(self, world: World, inbox: Inbox) -> None:
         session = f"{world.name}-clean"
@@ -194,9 +190,9 @@ async def _consumed(world: World, session: str) -> list[str]:
     for event in await world.log.read(session_log_id(session)):
         body = json.loads(event.data)
         signal = (body.get("result") or {}).get("signal")
-        if body.get("t") == "outcome" and body.get("kind") == "approval":
-            if isinstance(signal, dict):
-                senders.append(str(signal.get("sender")))
+        outcome = body.get("t") == "outcome" and body.get("kind") == "approval"
+        if outcome and isinstance(signal, dict):
+            senders.append(str(signal.get("sender")))
     return senders
 
 
@@ -238,15 +234,10 @@ async def approval_turn(
     }
 
 
-class _ApprovalContract:
+class _ApprovalContract(ContractBase):
     """The SDK's needs_approval interruptions as world approvals, crashed around."""
 
-    world_name: ClassVar[str]
-    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
-
-    @pytest.fixture
-    def anyio_backend(self) -> str:
-        return "asyncio"
+    contract_area = "openai-agents"
 
     async def test_approved_send_runs_once(self, world: World, inbox: Inbox) -> None:
         row = await approval_turn(world, inbox, f"{world.name}-approved", [])

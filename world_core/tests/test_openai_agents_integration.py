@@ -5,12 +5,13 @@ what DurableAgent refuses when it is built."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import anyio
 import pytest
 from agents import Agent, function_tool, set_tracing_disabled
 
+from world_conformance import ContractBase
 from world_core import InvalidArgumentError, World
 from world_core.integrations.openai_agents import DurableAgent, WorldSession, tool_context
 from world_core.spi import Event
@@ -26,13 +27,8 @@ def _contents(items: list[Any]) -> list[str]:
     return [str(item["content"]) for item in items]
 
 
-class _SessionContract:
-    world_name: ClassVar[str]
-    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
-
-    @pytest.fixture
-    def anyio_backend(self) -> str:
-        return "asyncio"
+class _SessionContract(ContractBase):
+    contract_area = "openai-agents"
 
     async def test_limited_reads_do_not_scan_the_log(
         self, world: World, monkeypatch: pytest.MonkeyPatch

@@ -78,6 +78,7 @@ from agents.memory import SessionSettings
 from agents.testing import ScriptedModel
 from agents import set_tracing_disabled
 
+from world_conformance import ContractBase
 from world_core import World
 from world_core.integrations.openai_agents import WorldSession
 from world_core.spi import NewEvent
@@ -1169,10 +1170,10 @@ for _name in _UPSTREAM:
 for _backend in ("local", "postgres", "redis", "mongo", "turso"):
     _class = type(
         f"TestSDKSessionsOn{_backend.title()}",
-        (),
+        (ContractBase,),
         {
             "world_name": _backend,
-            "pytestmark": [pytest.mark.anyio],
+            "contract_area": "openai-agents",
             **{name: staticmethod(test) for name, test in _UPSTREAM.items()},
         },
     )
