@@ -434,7 +434,8 @@ async def test_draft_workspaces_live_in_memory_for_one_turn(world: World) -> Non
         await journal.call(_tool(fail, name="fail"), {"label": "f"})
     assert await journal.call(_tool(read, name="read"), {"label": "r"}) == ["scratch.txt"]
     events = await world.log.read(LOG, after=tail)
-    assert not any("/state/" in (event.key or "") for event in events)
+    assert not any((event.key or "").startswith("doc/") for event in events)
+    assert not any(b"scratch" in event.data for event in events)  # nothing of the draft
     assert await Workspace(world).tree("s") == FileTree()
     await journal.finish("done")
     nxt = await _turn(world, "t2")
