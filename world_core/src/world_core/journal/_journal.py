@@ -71,9 +71,9 @@ The rules, for step ``n``:
   :class:`~world_core.errors.DuplicateKeyError`; the loser stops, having run no ``never`` tool.
   After any failed append the Journal refuses further steps (its view may be stale): open a
   new one.
-* Staged state: a tool's staged values (``context.stage``, which the documents build on)
-  become ``state`` events in the same atomic append as its outcome (or the same deferred
-  batch), and only if the tool returned: an interrupted or failing call changes nothing.
+* Staged state: a tool's staged values (``context.stage``) become ``state`` events in the
+  same atomic append as its outcome (or the same deferred batch), and only if the tool
+  returned: an interrupted or failing call changes nothing.
 * Claims: a tool's claimed events (``context.claim``, on which the documents' versions
   build) join its outcome's append under keys of their own, so the append commits only if
   every claimed key is still free. A call whose claim was taken meanwhile commits nothing it

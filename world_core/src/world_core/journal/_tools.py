@@ -158,8 +158,8 @@ class ToolContext:
     State: :meth:`state` reads a named value of the session as of this call, :meth:`stage`
     stages a new value that is committed in the same atomic append as this call's outcome, and
     only if the call returns (an interrupted or failing call changes nothing). Higher layers
-    build on these two (``context.docs`` is the documents layer's view over them, added with
-    :meth:`extend`).
+    add their views with :meth:`extend` (``context.docs``, the documents, builds on the
+    claims and commit hooks below).
 
     Commit hooks: :meth:`before_commit` and :meth:`after_commit` let such a layer do its I/O
     once per call (the virtual filesystem stores a call's new file contents as blobs before
