@@ -5,14 +5,25 @@ what DurableAgent refuses when it is built."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import anyio
 import pytest
-from agents import Agent, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    Model,
+    ModelProvider,
+    ModelResponse,
+    Usage,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.items import TResponseStreamEvent
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from world_conformance import ContractBase
-from world_core import InvalidArgumentError, World
+from world_core import Client, InvalidArgumentError, Journal, Worker, World
 from world_core.integrations.openai_agents import DurableAgent, WorldSession, tool_context
 from world_core.spi import Event
 
@@ -199,3 +210,54 @@ def test_durable_agent_requires_a_label_per_function_tool() -> None:
 def test_tool_context_outside_a_durable_call_is_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="inside a function tool of a DurableAgent"):
         tool_context()
+
+
+class _EchoModel(Model):
+    """Answers with the number of user messages it was sent: enough to see the history."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        items = args[1]
+        users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
+        text = ResponseOutputText(type="output_text", text=f"{len(users)} user", annotations=[])
+        message = ResponseOutputMessage(
+            type="message", id="m", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+class _Provider(ModelProvider):
+    def __init__(self) -> None:
+        self.model = _EchoModel()
+        self.names: list[str | None] = []
+
+    def get_model(self, model_name: str | None) -> Model:
+        self.names.append(model_name)
+        return self.model
+
+
+@pytest.mark.anyio
+async def test_models_from_a_provider_are_journaled_and_turns_see_earlier_ones(
+    world: World,
+) -> None:
+    provider = _Provider()
+    durable = DurableAgent(Agent(name="echo", model="echo-1"), replay={}, model_provider=provider)
+    client = Client(world)
+    for turn in ("t1", "t2"):
+        await client.submit("chat", f"hello {turn}", turn_id=turn)
+        result = await Worker(world, durable, crash=None).run_once(wait=5)
+        assert result is not None
+        assert result.status == "done"
+    assert await client.reply("chat", "t1") == "1 user"
+    assert await client.reply("chat", "t2") == "2 user"  # the earlier turn's message too
+    assert provider.names == ["echo-1", "echo-1"]
+    assert provider.model.calls == 2
+    journal = await Journal.open(world, "chat", "t2")  # a finished turn: its reply, no call
+    assert await durable.run_turn(journal) == "2 user"
+    assert provider.model.calls == 2

@@ -463,6 +463,12 @@ class JournaledModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
+        """The model's response to this request: read from the journal when the step is
+        recorded, else from ``model`` (then recorded at once).
+
+        Raises:
+            NonDeterminismError: the journal holds another step at this position.
+        """
         request = {
             "instructions": system_instructions,
             "input": to_jsonable_python(input, exclude_none=True),
@@ -513,6 +519,11 @@ class JournaledModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
+        """Refused: a durable run records whole responses (``Runner.run``).
+
+        Raises:
+            InvalidArgumentError: always.
+        """
         raise InvalidArgumentError(
             "a durable run calls the model with Runner.run, not Runner.run_streamed: a "
             "journaled model call is recorded whole"
@@ -530,6 +541,7 @@ class JournaledModelProvider(ModelProvider):
         self._escape = escape if escape is not None else _Escape()
 
     def get_model(self, model_name: str | None) -> Model:
+        """``provider``'s model of that name, its calls journaled (steps named after it)."""
         return JournaledModel(
             self.provider.get_model(model_name),
             self.journal,
@@ -663,7 +675,8 @@ class DurableAgent:
         last ``history_turns``), then the turn's message."""
         history = journal.history
         if self.history_turns is not None:
-            history = history[len(history) - self.history_turns :] if self.history_turns else []
+            history = history[max(0, len(history) - self.history_turns) :]
+            history = history if self.history_turns else []
         items: list[TResponseInputItem] = []
         for message, answer in history:
             items.append({"role": "user", "content": message})
