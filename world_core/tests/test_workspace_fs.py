@@ -14,11 +14,14 @@ from typing import Any, Literal
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 from world_core import (
     Agent,
+    Blobs,
     Client,
     CrashPoint,
+    Documents,
     Files,
     Journal,
     ModelReply,
@@ -46,7 +49,7 @@ from world_core.errors import (
     ToolError,
     WorkspaceLimitError,
 )
-from world_core.workspace import TREE_DOCUMENT, FileTree, normalize_path
+from world_core.workspace import TREE_DOCUMENT, FileTree, TreeDocument, normalize_path
 from world_core.workspace import _fs as fs_module
 
 pytestmark = pytest.mark.anyio
@@ -806,3 +809,31 @@ async def test_unchanged_contents_are_never_stored_again(
     workspace = Workspace(world)
     for path in ("copy.bin", "moved/big.bin", "again.bin"):
         assert await workspace.read("s", path) == big
+
+
+async def test_a_tampered_tree_is_refused_not_followed(world: World, tmp_path: Path) -> None:
+    """A tree document is data anyone with the World can write: paths in it are checked
+    again on every read, so a tree naming ``../`` never reaches the host's files."""
+    digest = (await Blobs(world.stream).put(b"evil")).digest
+    bad = TreeDocument(files={"../evil.txt": (digest, 4, 0o644)}, dirs=[])
+    await Documents(world).put("s", TREE_DOCUMENT, bad)
+
+    async def read(context: ToolContext) -> list[str]:
+        return await _fs(context).glob("**")
+
+    workspace = Workspace(world)
+    with pytest.raises(PathError, match="climbs above"):
+        await workspace.tree("s")
+    with pytest.raises(PathError):
+        await workspace.export_dir("s", tmp_path / "out")
+    assert not (tmp_path / "evil.txt").exists()
+    journal = await _turn(world)
+    with pytest.raises(ToolError, match="PathError"):
+        await journal.call(_tool(read), {"label": "x"})
+
+    class NotATree(BaseModel):
+        items: list[str] = []
+
+    await Documents(world).put("other", TREE_DOCUMENT, NotATree(items=["x"]))
+    with pytest.raises(InvalidArgumentError, match="not a workspace tree"):
+        await workspace.tree("other")

@@ -40,11 +40,20 @@ import builtins
 import hashlib
 import io
 import os
+import re
 import tarfile
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from contextlib import aclosing, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -53,7 +62,7 @@ from typing import IO, Any, Literal, Protocol, TypeVar
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from world_core.errors import (
     DocumentConflictError,
@@ -160,11 +169,64 @@ class FileTree:
 
     @classmethod
     def from_document(cls, version: int, document: TreeDocument | None) -> FileTree:
-        """The tree that version ``version`` of the document holds (None: empty)."""
+        """The tree that version ``version`` of the document holds (None: empty).
+
+        Every path is checked again (a document is data anyone with the World can write):
+        a path that is not normalised and confined, a digest that is not 64 hex digits, a
+        negative size or a mode outside ``0..0o777`` is refused, so nothing read from a tree
+        can name a place outside the workspace.
+
+        Raises:
+            PathError: such an entry; the message names it.
+        """
         if document is None:
             return cls(version)
-        files = {p: FileEntry(item[0], item[1], item[2]) for p, item in document.files.items()}
+        files: dict[str, FileEntry] = {}
+        for path, (digest, size, mode) in document.files.items():
+            _check_stored(path, "file")
+            if not _DIGEST.fullmatch(digest) or size < 0 or not 0 <= mode <= 0o777:
+                raise PathError(
+                    f"the workspace tree's entry {path!r} is damaged (digest {digest[:80]!r}, "
+                    f"size {size}, mode {mode:o}); restore the session from a backup",
+                    path=path,
+                )
+            files[path] = FileEntry(digest, size, mode)
+        for path in document.dirs:
+            _check_stored(path, "directory")
         return cls(version, files, frozenset(document.dirs))
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+@contextmanager
+def _tree_errors() -> Iterator[None]:
+    """A session document named like the tree that is not a tree: a clear error."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise InvalidArgumentError(
+            f"the session document {TREE_DOCUMENT!r} is not a workspace tree "
+            f"({exc.error_count()} errors, first: {exc.errors()[0]['msg']}); another writer "
+            "used the name: rename that document"
+        ) from None
+
+
+def _check_stored(path: str, kind: str) -> None:
+    try:
+        normal = normalize_path(path, what=f"stored {kind}")
+    except PathError as exc:
+        raise PathError(
+            f"the workspace tree holds a {kind} path it must not: {exc}; restore the session "
+            "from a backup",
+            path=path,
+        ) from None
+    if normal != path or not path:
+        raise PathError(
+            f"the workspace tree holds the {kind} path {path!r}, which is not normalised; "
+            "restore the session from a backup",
+            path=path,
+        )
 
 
 class TreeDocument(BaseModel):
@@ -958,7 +1020,8 @@ class VirtualWorkspace:
         made: list[_Draft] = []
 
         async def load() -> _Draft:
-            document = await docs.read(TREE_DOCUMENT, TreeDocument)
+            with _tree_errors():
+                document = await docs.read(TREE_DOCUMENT, TreeDocument)
             base = FileTree.from_document(await docs.version(TREE_DOCUMENT), document)
             draft = _Draft(base, limits, lambda entry: _load(blobs, entry))
             made.append(draft)
@@ -1057,7 +1120,9 @@ class Workspace:
 
     async def tree(self, session_id: str) -> FileTree:
         """The session's tree as committed now (version 0 and empty if never written)."""
-        version, document = await self._documents.read(session_id, TREE_DOCUMENT, TreeDocument)
+        with _tree_errors():
+            read = await self._documents.read(session_id, TREE_DOCUMENT, TreeDocument)
+        version, document = read
         return FileTree.from_document(version, document)
 
     async def watch(
@@ -1398,10 +1463,18 @@ def _write_dir(snapshot: Snapshot, folder: Path) -> None:
         raise InvalidArgumentError(
             f"{str(folder)!r} is not empty; export into an empty or new folder"
         )
+    root = folder.resolve()
+
+    def inside(path: str) -> Path:
+        target = folder / normalize_path(path, what="exported path")
+        if not target.resolve().is_relative_to(root):  # never, with checked paths: a guard
+            raise PathError(f"{path!r} would be written outside {str(folder)!r}", path=path)
+        return target
+
     for path in sorted(snapshot.dirs):
-        (folder / path).mkdir(parents=True, exist_ok=True)
+        inside(path).mkdir(parents=True, exist_ok=True)
     for path, data in snapshot.files.items():
-        target = folder / path
+        target = inside(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         target.chmod(snapshot.modes.get(path, DEFAULT_FILE_MODE))
