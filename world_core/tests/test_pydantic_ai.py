@@ -70,7 +70,10 @@ from world_core import (
     Worker,
     World,
     digest_of,
+    format_report,
     open_world,
+    read_history,
+    replay_check,
     session_log_id,
 )
 from world_core.errors import ConfigurationError, InvalidArgumentError
@@ -161,7 +164,9 @@ class Scripted:
         return ModelResponse(parts=[TextPart(REPLY)])
 
 
-def make_agent(sink: Sink, model: Scripted | None = None) -> Agent[None, str]:
+def make_agent(
+    sink: Sink, model: Scripted | None = None, *, instructions: str | None = None
+) -> Agent[None, str]:
     def lookup(topic: str) -> str:
         """Look a note up."""
         return f"the {topic} says: ship it"
@@ -184,6 +189,7 @@ def make_agent(sink: Sink, model: Scripted | None = None) -> Agent[None, str]:
     return Agent(
         FunctionModel(model if model is not None else Scripted(), model_name="scripted"),
         name="mailer",
+        instructions=instructions,
         tools=[
             Tool(lookup, metadata={"world": {"replay": "safe"}}),
             Tool(send, metadata={"world": {"replay": "never", "timeout": SEND_TIMEOUT}}),
@@ -874,3 +880,25 @@ async def test_world_approvals_decide_requires_approval_calls(local: World, sink
     assert sink.lines("r") == sink.lines("late") == []
     with pytest.raises(InvalidArgumentError, match="timeout must be"):
         WorldApprovals(timeout=0)
+
+
+async def test_replay_check_replays_a_pydantic_ai_turn_and_sees_a_change(
+    local: World, sink: Sink
+) -> None:
+    """``world replay-check`` on a pydantic-ai agent: the recorded turn replays to its reply
+    with model and tools off; the agent with new instructions asks its model something else
+    at step 0, and diverges there."""
+    await Client(local).submit("s", MESSAGE, turn_id=TURN)
+    await run_turn(local, "s", make_agent(sink))
+    history = await read_history(local, "s")
+    same = await replay_check([history], lambda: WorldAgent(make_agent(sink)))
+    assert same.ok, format_report(same)
+    assert [t.status for t in same.turns()] == ["consistent"]
+
+    changed = await replay_check(
+        [history], lambda: WorldAgent(make_agent(sink, instructions="Be brief."))
+    )
+    assert not changed.ok
+    [turn] = changed.turns()
+    assert (turn.status, turn.step) == ("diverged", 0)
+    assert len(sink.lines("s")) == 1  # nothing ran during the checks
