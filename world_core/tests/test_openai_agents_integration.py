@@ -261,3 +261,19 @@ async def test_models_from_a_provider_are_journaled_and_turns_see_earlier_ones(
     journal = await Journal.open(world, "chat", "t2")  # a finished turn: its reply, no call
     assert await durable.run_turn(journal) == "2 user"
     assert provider.model.calls == 2
+
+
+@pytest.mark.anyio
+async def test_journal_approval_refuses_bad_input_before_recording(world: World) -> None:
+    await Client(world).submit("ask", "hi", turn_id="t1")
+    journal = await Journal.open(world, "ask", "t1")
+    with pytest.raises(InvalidArgumentError, match="name must be a non-empty str"):
+        await journal.approval("", {}, timeout=10)
+    with pytest.raises(InvalidArgumentError, match="timeout"):
+        await journal.approval("send", {}, timeout=0)
+    with pytest.raises(InvalidArgumentError, match="arguments must be a JSON object"):
+        await journal.approval("send", cast(Any, ["a"]), timeout=10)
+    with pytest.raises(InvalidArgumentError, match="arguments are not JSON"):
+        await journal.approval("send", {"x": float("nan")}, timeout=10)
+    assert journal.position == 0  # no step taken
+    assert len(await world.log.read("session/ask")) == 1  # the input only

@@ -573,8 +573,9 @@ class DurableAgent:
         agent: the SDK agent.
         replay: a label per function tool, by tool name: ``"safe"`` or ``"never"``. Required
             for every function tool of ``agent``, as for ``world``'s own tools.
-        timeouts: seconds a call of each tool may take (default 60): a ``never`` call's
-            deadline, which a worker taking over waits for before answering for it.
+        timeouts: seconds a call of each tool may take (default: the tool's own
+            ``timeout_seconds``, else 60): a ``never`` call's deadline, which a worker taking
+            over waits for before answering for it.
         model_provider: where model names are looked up when ``agent.model`` is not a
             ``Model`` (default: the SDK's ``MultiProvider``, OpenAI).
         run_config: the SDK's run configuration (its ``model_provider`` is replaced).
@@ -753,7 +754,7 @@ class DurableAgent:
         self, item: FunctionTool, journal: Journal, lock: anyio.Lock, escape: _Escape
     ) -> FunctionTool:
         label = self.labels[item.name]
-        timeout = self.timeouts.get(item.name, DEFAULT_TOOL_TIMEOUT)
+        timeout = self.timeouts.get(item.name) or item.timeout_seconds or DEFAULT_TOOL_TIMEOUT
         invoke = item.on_invoke_tool
 
         async def on_invoke_tool(context: SDKToolContext[Any], arguments: str) -> Any:

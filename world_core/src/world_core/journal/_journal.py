@@ -982,6 +982,10 @@ class Journal:
                 f"got {name!r:.80}"
             )
         seconds = check_seconds(timeout, "timeout")
+        if seconds <= 0:
+            raise InvalidArgumentError(
+                f"timeout must be > 0 seconds (how long a person has to decide), got {timeout!r}"
+            )
         try:
             raw = to_jsonable_python(arguments)
             canonical_json(raw)
