@@ -43,6 +43,7 @@ from world_core import (
 from world_core.errors import (
     ConflictError,
     InvalidArgumentError,
+    NotFoundError,
     PathError,
     PathNotFoundError,
     PossiblyRanError,
@@ -837,3 +838,15 @@ async def test_a_tampered_tree_is_refused_not_followed(world: World, tmp_path: P
     await Documents(world).put("other", TREE_DOCUMENT, NotATree(items=["x"]))
     with pytest.raises(InvalidArgumentError, match="not a workspace tree"):
         await workspace.tree("other")
+
+
+async def test_a_blob_missing_from_one_world_is_not_served_from_anothers(
+    world: World, tmp_path: Path
+) -> None:
+    await Workspace(world).write("s", "a.txt", "only in the first World")
+    assert await Workspace(world).read_text("s", "a.txt") == "only in the first World"
+    tree = await Workspace(world).tree("s")
+    async with open_world("local", url=str(tmp_path / "second"), namespace="fs") as second:
+        await Documents(second).put("s", TREE_DOCUMENT, tree.document())  # no blob stored
+        with pytest.raises(NotFoundError, match="missing or incomplete"):
+            await Workspace(second).read("s", "a.txt")

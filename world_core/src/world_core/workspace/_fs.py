@@ -39,6 +39,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import io
+import itertools
 import os
 import re
 import tarfile
@@ -313,24 +314,25 @@ def _as_bytes(data: object, encoding: str = "utf-8") -> bytes:
 
 
 class _ContentCache:
-    """Bytes by digest, shared by every workspace of the process (content-addressed, so never
-    stale), bounded by total size, least recently used out first."""
+    """Bytes by (store, digest), shared by every workspace of the process (content-addressed,
+    so never stale; scoped by store, so a blob missing from one World is never served from
+    another's), bounded by total size, least recently used out first."""
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._items: OrderedDict[tuple[int, str], bytes] = OrderedDict()
         self._bytes = 0
         self._max = max_bytes
 
-    def get(self, digest: str) -> bytes | None:
-        data = self._items.get(digest)
+    def get(self, key: tuple[int, str]) -> bytes | None:
+        data = self._items.get(key)
         if data is not None:
-            self._items.move_to_end(digest)
+            self._items.move_to_end(key)
         return data
 
-    def put(self, digest: str, data: bytes) -> None:
-        if digest in self._items or len(data) > self._max // 4:
+    def put(self, key: tuple[int, str], data: bytes) -> None:
+        if key in self._items or len(data) > self._max // 4:
             return
-        self._items[digest] = data
+        self._items[key] = data
         self._bytes += len(data)
         while self._bytes > self._max:
             _, dropped = self._items.popitem(last=False)
@@ -338,6 +340,21 @@ class _ContentCache:
 
 
 _CACHE = _ContentCache()
+_SCOPES: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+_SCOPE_COUNTER = itertools.count(1)
+
+
+def _scope(store: object) -> int:
+    """A number for ``store`` (a World's stream) that no other live store has: the cache's
+    scope (never ``id()``, which a new object may reuse)."""
+    try:
+        found = _SCOPES.get(store)
+        if found is None:
+            found = _SCOPES[store] = next(_SCOPE_COUNTER)
+        return found
+    except TypeError:  # not weak-referenceable: no cache for it
+        return 0
+
 
 _PARALLEL_READS = 16
 """Blob reads a snapshot keeps in flight at once."""
@@ -352,8 +369,10 @@ class _Draft:
         base: FileTree,
         limits: WorkspaceLimits,
         load: Callable[[FileEntry], Awaitable[bytes]],
+        scope: int = 0,
     ) -> None:
         self.base = base
+        self._scope = scope
         self.limits = limits
         self._load = load
         self.files: dict[str, FileEntry] = dict(base.files)
@@ -385,11 +404,12 @@ class _Draft:
         if entry.size == 0:
             return b""
         data = self.new.get(entry.digest)
-        if data is None:
-            data = _CACHE.get(entry.digest)
+        if data is None and self._scope:
+            data = _CACHE.get((self._scope, entry.digest))
         if data is None:
             data = await self._load(entry)
-            _CACHE.put(entry.digest, data)
+            if self._scope:
+                _CACHE.put((self._scope, entry.digest), data)
         return data
 
     async def read(self, path: str) -> bytes:
@@ -1023,7 +1043,8 @@ class VirtualWorkspace:
             with _tree_errors():
                 document = await docs.read(TREE_DOCUMENT, TreeDocument)
             base = FileTree.from_document(await docs.version(TREE_DOCUMENT), document)
-            draft = _Draft(base, limits, lambda entry: _load(blobs, entry))
+            scope = _scope(context.world.stream)
+            draft = _Draft(base, limits, lambda entry: _load(blobs, entry), scope)
             made.append(draft)
             return draft
 
@@ -1144,7 +1165,12 @@ class Workspace:
 
     async def _draft(self, session_id: str) -> _Draft:
         blobs = self._blobs
-        return _Draft(await self.tree(session_id), self.limits, lambda e: _load(blobs, e))
+        return _Draft(
+            await self.tree(session_id),
+            self.limits,
+            lambda entry: _load(blobs, entry),
+            _scope(self._world.stream),
+        )
 
     async def read(self, session_id: str, path: str) -> bytes:
         """A file's bytes."""
