@@ -22,7 +22,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy, interrupt
 
 from world_core import (
     POSSIBLY_RAN,
@@ -166,6 +166,38 @@ async def test_a_copy_a_crash_left_half_written_does_not_join_the_thread(world: 
     assert listed == [stored]
     assert (await world.log.info(leftover)) is not None  # untouched, still not in force
     assert (await world.log.info("langgraph/1:t/0:/00000001")) is not None
+
+
+async def test_writes_stored_before_their_checkpoint_belong_to_it(world: World) -> None:
+    # LangGraph's default durability ("async") saves a checkpoint and the writes of the
+    # tasks after it concurrently: the writes may land first.
+    saver = WorldCheckpointSaver(world)
+    checkpoint = generate_checkpoint()
+    config = generate_config("t", checkpoint_id=checkpoint["id"])
+    await saver.aput_writes(config, [("ch", "early")], "task-1")
+    stored = await saver.aput(generate_config("t"), checkpoint, generate_metadata(), {})
+    await saver.aput_writes(stored, [("ch", "late")], "task-2")
+    found = await saver.aget_tuple(_thread("t"))
+    assert found is not None
+    assert found.pending_writes == [("task-1", "ch", "early"), ("task-2", "ch", "late")]
+
+
+async def test_an_interrupted_graph_resumes_with_default_durability(world: World) -> None:
+    saver = WorldCheckpointSaver(world)
+
+    def ask(state: State) -> dict[str, list[str]]:
+        return {"log": [f"answer={interrupt('approve?')}"]}
+
+    graph = _graph(saver, ask)
+    first = await graph.ainvoke({"log": []}, _thread("t"))
+    assert [i.value for i in first["__interrupt__"]] == ["approve?"]
+    waiting = await graph.aget_state(_thread("t"))
+    assert waiting.next == ("work",)
+    assert [i.value for task in waiting.tasks for i in task.interrupts] == ["approve?"]
+    done = await graph.ainvoke(Command(resume="yes"), _thread("t"))
+    assert done["log"] == ["answer=yes"]
+    history = [h async for h in graph.aget_state_history(_thread("t"))]
+    assert [h.metadata["source"] for h in history if h.metadata] == ["loop", "loop", "input"]
 
 
 async def test_list_across_threads_with_filter_before_and_limit(world: World) -> None:

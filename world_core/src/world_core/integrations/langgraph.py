@@ -27,14 +27,20 @@ before acting.
 Storage (all in the World's log primitive, nothing backend-specific):
 
 * one log per thread, checkpoint namespace and generation:
-  ``langgraph/<len>:<thread_id>/<len>:<checkpoint_ns>/<generation>``. It holds checkpoint
-  events (key ``c/<checkpoint_id>``: the serialized checkpoint, its metadata and parent) and
-  write events (key ``w/<checkpoint_id>/<task_id>/<idx>``; the special writes of
-  ``WRITES_IDX_MAP``, which a later write replaces, are unkeyed and the last one counts).
+  ``langgraph/<len>:<thread_id>/<len>:<checkpoint_ns>/<generation>``, holding the checkpoint
+  events (key ``c/<checkpoint_id>``: the serialized checkpoint, its metadata and parent).
   Checkpoints of a namespace are in append order, which is checkpoint id order for everything
-  LangGraph writes (ids are time-ordered); "latest" and ``list``'s newest-first order are that
-  order. Channel values are stored inline in their checkpoint event (one event, one read).
-* A log counts once its status is ``ready``; readers use the highest ready generation.
+  LangGraph writes (ids are time-ordered, and LangGraph saves a thread's checkpoints one
+  after the other); "latest" and ``list``'s newest-first order are that order. Channel
+  values are stored inline in their checkpoint event (one event, one read).
+* one log per checkpoint for its pending writes:
+  ``langgraph-writes/<len>:<thread_id>/<len>:<checkpoint_ns>/<checkpoint_id>``, keyed
+  ``<task_id>/<idx>`` (the special writes of ``WRITES_IDX_MAP``, which a later write
+  replaces, are unkeyed and the last one counts). A log of their own because LangGraph
+  saves a checkpoint and the writes of the tasks after it concurrently (durability
+  ``"async"``, the default): writes may be stored before their checkpoint.
+* A checkpoint log counts once its status is ``ready``; readers use the highest ready
+  generation.
   ``prune``, ``delete_for_runs`` and ``copy_thread`` write a new generation (marked ready by
   its last append, so a crash half-way leaves the old one in force) and then delete the old
   one. Do not run them on a thread while a graph writes to it: a write landing in the old
@@ -43,8 +49,9 @@ Storage (all in the World's log primitive, nothing backend-specific):
   ``delete_thread`` deletes it too.
 
 Reads are bounded: the latest checkpoint is found by reading back from the log's tail in
-pages of :data:`PAGE` events, a given checkpoint by its key, its writes by reading forward
-from it; ``list`` reads back page by page and stops at ``limit``.
+pages of :data:`PAGE` events, a given checkpoint by its key, its writes by reading its writes
+log; ``list`` reads back page by page (one more read per checkpoint, for its writes) and
+stops at ``limit``.
 
 Sync and async: the ``a*`` methods run on the event loop the World was opened on. The sync
 methods (``get_tuple``, ``list``, ``put`` ... , used by ``graph.invoke``/``graph.stream``)
@@ -138,6 +145,7 @@ READY = "ready"
 
 _PREFIX = "langgraph/"
 _STEPS_PREFIX = "langgraph-steps/"
+_WRITES_PREFIX = "langgraph-writes/"
 _BUILDING = "building"
 _BATCH_EVENTS = 256
 _BATCH_BYTES = 4 * 1024 * 1024
@@ -195,6 +203,16 @@ def _ns_prefix(thread_id: str, checkpoint_ns: str) -> str:
 def _log_id(thread_id: str, checkpoint_ns: str, generation: int) -> str:
     log_id = f"{_ns_prefix(thread_id, checkpoint_ns)}{generation:08d}"
     return validate_id(log_id, "checkpoint log id (from thread_id and checkpoint_ns)")
+
+
+def _writes_prefix(thread_id: str, checkpoint_ns: str | None = None) -> str:
+    prefix = f"{_WRITES_PREFIX}{len(thread_id)}:{thread_id}/"
+    return prefix if checkpoint_ns is None else f"{prefix}{len(checkpoint_ns)}:{checkpoint_ns}/"
+
+
+def _writes_log(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+    log_id = f"{_writes_prefix(thread_id, checkpoint_ns)}{checkpoint_id}"
+    return validate_id(log_id, "writes log id (from thread_id, checkpoint_ns, checkpoint_id)")
 
 
 def _steps_log(thread_id: str) -> str:
@@ -452,45 +470,34 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             ],
         )
 
+    async def _writes(self, log: _Log, checkpoint_id: str) -> list[dict[str, Any]]:
+        """The checkpoint's pending writes, from its writes log."""
+        writes = _Writes()
+        log_id = _writes_log(log.thread_id, log.checkpoint_ns, checkpoint_id)
+        async for event in self._forward(log_id, 0):
+            writes.add(event.seq, _body(event))
+        return writes.bodies()
+
     async def _newest_first(self, log: _Log, before: str | None) -> AsyncIterator[CheckpointTuple]:
         """The log's checkpoints, newest first, with their writes; only those before the
         checkpoint ``before`` when given."""
         end = log.tail
-        writes: dict[str, _Writes] = {}
         if before is not None:
             found = await self.world.log.get(log.log_id, f"c/{before}")
             if found is not None:
-                # Start below it; the writes of older checkpoints stored after it (a resume
-                # value added later) are read first.
                 end = found.seq - 1
-                async for later in self._forward(log.log_id, end):
-                    later_body = _body(later)
-                    if later_body["t"] == "w":
-                        writes.setdefault(str(later_body["cp"]), _Writes()).add(
-                            later.seq, later_body
-                        )
-        # A checkpoint's writes come after it, so reading back reaches them first.
         async for event in self._back(log.log_id, end):
             body = _body(event)
-            if body["t"] == "w":
-                writes.setdefault(str(body["cp"]), _Writes()).add(event.seq, body)
-                continue
             checkpoint_id = str(body["id"])
             if before is not None and checkpoint_id >= before:
                 continue
-            held = writes.pop(checkpoint_id, None)
-            yield self._tuple(log, body, held.bodies() if held else [])
+            yield self._tuple(log, body, await self._writes(log, checkpoint_id))
 
     async def _one(self, log: _Log, checkpoint_id: str) -> CheckpointTuple | None:
         event = await self.world.log.get(log.log_id, f"c/{checkpoint_id}")
         if event is None:
             return None
-        writes = _Writes()
-        async for later in self._forward(log.log_id, event.seq):
-            body = _body(later)
-            if body["t"] == "w" and body["cp"] == checkpoint_id:
-                writes.add(later.seq, body)
-        return self._tuple(log, _body(event), writes.bodies())
+        return self._tuple(log, _body(event), await self._writes(log, checkpoint_id))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (``checkpoint_id``), else the thread's latest in
@@ -636,31 +643,30 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         for index, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, index)
             body = {
-                "t": "w",
-                "cp": checkpoint_id,
                 "task": task_id,
                 "idx": idx,
                 "channel": channel,
                 "path": task_path,
                 "value": _typed(self.serde.dumps_typed(value)),
             }
-            key = None if idx < 0 else validate_id(f"w/{checkpoint_id}/{task_id}/{idx}", "write")
+            key = None if idx < 0 else validate_id(f"{task_id}/{idx}", "write key (task_id)")
             events.append(NewEvent(data=_json(body), key=key))
         if not events:
             return
+        # A log per checkpoint: LangGraph saves a checkpoint and the writes of the tasks that
+        # follow it concurrently (durability "async"), so writes may be stored first.
+        log_id = _writes_log(thread_id, checkpoint_ns, str(checkpoint_id))
         try:
-            await self._append(thread_id, checkpoint_ns, events)
+            await self.world.log.append(log_id, events)
         except DuplicateKeyError:
             # Stored before (a retry): keep what is stored, add only what is not.
-            log = await self._current_log(thread_id, checkpoint_ns)
-            assert log is not None  # the duplicate was found in it
             missing = [
                 e
                 for e in events
-                if e.key is None or await self.world.log.get(log.log_id, e.key) is None
+                if e.key is None or await self.world.log.get(log_id, e.key) is None
             ]
             if missing:
-                await self.world.log.append(log.log_id, missing)
+                await self.world.log.append(log_id, missing)
 
     # -- deleting, copying, pruning ---------------------------------------------------------
 
@@ -670,7 +676,28 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         thread = validate_id(str(thread_id), "thread_id")
         for log in await self._logs(_thread_prefix(thread)):
             await self.world.log.delete(log.log_id)
+        for log_id in await self._writes_logs(_writes_prefix(thread)):
+            await self.world.log.delete(log_id)
         await self.world.log.delete(_steps_log(thread))
+
+    async def _writes_logs(self, prefix: str) -> list[str]:
+        found: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await self.world.log.list_logs(
+                prefix=prefix, cursor=cursor, limit=MAX_LIST_LIMIT
+            )
+            found.extend(info.log_id for info in page.items)
+            cursor = page.next_cursor
+            if cursor is None:
+                return found
+
+    async def _drop_writes(self, thread_id: str, checkpoint_ns: str, keep: set[str]) -> None:
+        """Delete the writes logs of the namespace's checkpoints not in ``keep``."""
+        prefix = _writes_prefix(thread_id, checkpoint_ns)
+        for log_id in await self._writes_logs(prefix):
+            if log_id[len(prefix) :] not in keep:
+                await self.world.log.delete(log_id)
 
     async def _rewrite(self, log: _Log, keep: Callable[[list[Event]], list[Event]]) -> None:
         """Replace the log by a new generation holding the events ``keep`` returns."""
@@ -686,6 +713,10 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
                 _log_id(log.thread_id, log.checkpoint_ns, generation), kept
             )
         await self._drop(log.thread_id, log.checkpoint_ns, keep=generation)
+        # The writes of the checkpoints dropped last: a crash before leaves them unreachable.
+        await self._drop_writes(
+            log.thread_id, log.checkpoint_ns, {str(_body(e)["id"]) for e in kept}
+        )
 
     async def _write_generation(self, log_id: str, events: list[Event]) -> None:
         """Append ``events`` to a fresh log, marked ready by its last append only."""
@@ -730,6 +761,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             for log in current.values():
                 if strategy == "delete":
                     await self._drop(log.thread_id, log.checkpoint_ns, keep=None)
+                    await self._drop_writes(log.thread_id, log.checkpoint_ns, set())
                 else:
                     await self._rewrite(log, _keep_latest)
 
@@ -749,7 +781,7 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
                         metadata = self.serde.loads_typed(_untyped(body["metadata"]))
                         if str(metadata.get("run_id")) in wanted:
                             dropped.add(str(body["id"]))
-                return [e for e in events if _checkpoint_of(_body(e)) not in dropped]
+                return [e for e in events if str(_body(e)["id"]) not in dropped]
 
             await self._rewrite(log, keep)
 
@@ -769,10 +801,21 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
             )
         for log in self._current(await self._logs(_thread_prefix(source))).values():
             events = [e async for e in self._forward(log.log_id, 0)]
-            if events:
-                left = await self._logs(_ns_prefix(target, log.checkpoint_ns))
-                generation = _next_generation(left)
-                await self._write_generation(_log_id(target, log.checkpoint_ns, generation), events)
+            if not events:
+                continue
+            # The writes first, each log replaced whole (a crashed copy may have left part of
+            # it); the checkpoints last, in force once their last batch is written.
+            for event in events:
+                checkpoint_id = str(_body(event)["id"])
+                source_log = _writes_log(source, log.checkpoint_ns, checkpoint_id)
+                writes = [w async for w in self._forward(source_log, 0)]
+                target_log = _writes_log(target, log.checkpoint_ns, checkpoint_id)
+                await self.world.log.delete(target_log)
+                if writes:
+                    await self._write_generation(target_log, writes)
+            left = await self._logs(_ns_prefix(target, log.checkpoint_ns))
+            generation = _next_generation(left)
+            await self._write_generation(_log_id(target, log.checkpoint_ns, generation), events)
 
     # -- the sync API: the same work, on the World's event loop ------------------------------
 
@@ -851,13 +894,8 @@ def _next_generation(logs: list[_Log]) -> int:
     return max((log.generation for log in logs), default=-1) + 1
 
 
-def _checkpoint_of(body: dict[str, Any]) -> str:
-    return str(body["id"] if body["t"] == "c" else body["cp"])
-
-
 def _keep_latest(events: list[Event]) -> list[Event]:
-    latest = next((_body(e)["id"] for e in reversed(events) if _body(e)["t"] == "c"), None)
-    return [e for e in events if _checkpoint_of(_body(e)) == latest]
+    return events[-1:]
 
 
 # --------------------------------------------------------------------------------------------
