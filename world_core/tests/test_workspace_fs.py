@@ -450,11 +450,11 @@ async def test_apps_edit_with_compare_and_set(world: World) -> None:
     workspace = Workspace(world)
     tree = await workspace.write("s", "plan.md", "# plan\n")
     assert tree.version == 1
-    await workspace.write("s", "plan.md", "# plan v2\n", expect_version=1)
+    await workspace.write("s", "plan.md", "# plan v2\n", expected_version=1)
     with pytest.raises(ConflictError) as caught:
-        await workspace.write("s", "plan.md", "# stale\n", expect_version=1)
+        await workspace.write("s", "plan.md", "# stale\n", expected_version=1)
     assert (caught.value.expected, caught.value.actual) == (1, 2)
-    async with workspace.edit("s", expect_version=2) as files:
+    async with workspace.edit("s", expected_version=2) as files:
         await files.write("a.txt", "a")
         await files.remove("plan.md")
     assert sorted((await workspace.tree("s")).files) == ["a.txt"]

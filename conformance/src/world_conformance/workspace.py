@@ -173,9 +173,9 @@ class WorkspaceContract(ContractBase):
     async def test_workspace_app_and_tool_conflicts_are_detected(self, world: World) -> None:
         workspace = Workspace(world)
         first = await workspace.write("s", "plan.md", "v1")
-        await workspace.write("s", "plan.md", "v2 by the app", expect_version=first.version)
+        await workspace.write("s", "plan.md", "v2 by the app", expected_version=first.version)
         with pytest.raises(ConflictError):
-            await workspace.write("s", "plan.md", "stale", expect_version=first.version)
+            await workspace.write("s", "plan.md", "stale", expected_version=first.version)
         # A never tool reads the tree, the app edits it meanwhile, the tool then writes.
         read = anyio.Event()
         edited = anyio.Event()

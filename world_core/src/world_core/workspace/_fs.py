@@ -1099,7 +1099,7 @@ def virtual(*, durable: bool = True, limits: WorkspaceLimits | None = None) -> V
 
 
 _CHANGE_ATTEMPTS = 5
-"""How often :meth:`Workspace.write` / :meth:`Workspace.remove` without ``expect_version``
+"""How often :meth:`Workspace.write` / :meth:`Workspace.remove` without ``expected_version``
 read the tree again after a concurrent change."""
 
 _DEFAULT = virtual()
@@ -1121,7 +1121,7 @@ class Workspace:
     and only if the tree is still at the version the change was made from; otherwise it is
     refused with :class:`~world_core.errors.DocumentConflictError` (a
     :class:`~world_core.errors.ConflictError`; ``expected`` and ``actual`` are tree versions)
-    and nothing is written. ``expect_version`` states the version the caller read (for
+    and nothing is written. ``expected_version`` states the version the caller read (for
     instance before showing the files to a person): the change is refused if a tool or
     another app changed the tree since. :meth:`write` and :meth:`remove` without it apply
     their one change to the latest tree, reading it again if it moved meanwhile.
@@ -1214,21 +1214,21 @@ class Workspace:
 
     @asynccontextmanager
     async def edit(
-        self, session_id: str, *, expect_version: int | None = None
+        self, session_id: str, *, expected_version: int | None = None
     ) -> AsyncIterator[Files]:
         """Edit the tree as one change set: ``async with workspace.edit(s) as files:`` gives
-        a :class:`Files` over the latest tree (or the one at ``expect_version``); the changes
+        a :class:`Files` over the latest tree (or the one at ``expected_version``); the changes
         are committed when the block ends without an error, only if the tree is still at the
         version the block started from. Nothing is written when the block raises or changes
         nothing.
 
         Raises:
-            DocumentConflictError: the tree is not at ``expect_version`` (on entry), or moved
+            DocumentConflictError: the tree is not at ``expected_version`` (on entry), or moved
                 on before the commit.
         """
         draft = await self._draft(session_id)
-        if expect_version is not None and draft.base.version != expect_version:
-            raise self._conflict(session_id, expect_version, draft.base.version)
+        if expected_version is not None and draft.base.version != expected_version:
+            raise self._conflict(session_id, expected_version, draft.base.version)
 
         async def ready() -> _Draft:
             return draft
@@ -1260,14 +1260,14 @@ class Workspace:
         self,
         session_id: str,
         change: Callable[[Files], Awaitable[object]],
-        expect_version: int | None,
+        expected_version: int | None,
     ) -> FileTree:
         for attempt in range(_CHANGE_ATTEMPTS):
             try:
-                async with self.edit(session_id, expect_version=expect_version) as files:
+                async with self.edit(session_id, expected_version=expected_version) as files:
                     await change(files)
             except DocumentConflictError:
-                if expect_version is not None or attempt == _CHANGE_ATTEMPTS - 1:
+                if expected_version is not None or attempt == _CHANGE_ATTEMPTS - 1:
                     raise
                 continue
             break
@@ -1280,15 +1280,15 @@ class Workspace:
         data: bytes | str,
         *,
         mode: int | None = None,
-        expect_version: int | None = None,
+        expected_version: int | None = None,
     ) -> FileTree:
         """Create or replace one file; returns the new tree.
 
         Raises:
-            DocumentConflictError: the tree is not at ``expect_version``.
+            DocumentConflictError: the tree is not at ``expected_version``.
         """
         return await self._change(
-            session_id, lambda files: files.write(path, data, mode=mode), expect_version
+            session_id, lambda files: files.write(path, data, mode=mode), expected_version
         )
 
     async def remove(
@@ -1297,16 +1297,16 @@ class Workspace:
         path: str,
         *,
         recursive: bool = False,
-        expect_version: int | None = None,
+        expected_version: int | None = None,
     ) -> FileTree:
         """Remove a file or directory (``recursive=True`` for a directory with content);
         returns the new tree.
 
         Raises:
-            DocumentConflictError: the tree is not at ``expect_version``.
+            DocumentConflictError: the tree is not at ``expected_version``.
         """
         return await self._change(
-            session_id, lambda files: files.remove(path, recursive=recursive), expect_version
+            session_id, lambda files: files.remove(path, recursive=recursive), expected_version
         )
 
     # -- tar and folders ----------------------------------------------------------------------
@@ -1328,7 +1328,7 @@ class Workspace:
         session_id: str,
         source: str | os.PathLike[str] | IO[bytes] | bytes,
         *,
-        expect_version: int | None = None,
+        expected_version: int | None = None,
     ) -> FileTree:
         """Replace the tree with a tar's content (plain or gzip/bz2/xz compressed), as one
         change set; returns the new tree.
@@ -1352,7 +1352,7 @@ class Workspace:
         if len(raw) > most:  # a tar holding less than the limits is not this large
             raise self.limits.refuse("max_total_bytes", len(raw), "the tar archive")
         snapshot = await anyio.to_thread.run_sync(_read_tar, raw, self.limits)
-        async with self.edit(session_id, expect_version=expect_version) as files:
+        async with self.edit(session_id, expected_version=expected_version) as files:
             await files.apply(snapshot)
         return await self.tree(session_id)
 
@@ -1368,7 +1368,7 @@ class Workspace:
         session_id: str,
         folder: str | os.PathLike[str],
         *,
-        expect_version: int | None = None,
+        expected_version: int | None = None,
     ) -> FileTree:
         """Replace the tree with a folder's files and directories (modes kept), as one change
         set; returns the new tree.
@@ -1379,7 +1379,7 @@ class Workspace:
             WorkspaceLimitError: the content passes a limit; nothing is written.
         """
         snapshot = await anyio.to_thread.run_sync(_read_dir, Path(folder), self.limits)
-        async with self.edit(session_id, expect_version=expect_version) as files:
+        async with self.edit(session_id, expected_version=expected_version) as files:
             await files.apply(snapshot)
         return await self.tree(session_id)
 
