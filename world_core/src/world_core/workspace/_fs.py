@@ -1337,6 +1337,8 @@ class Workspace:
             PathError: a member that is a link, a device, a FIFO, or whose name is absolute,
                 climbs out with ``..`` or breaks another path rule; nothing is written.
             WorkspaceLimitError: the content passes a limit; nothing is written.
+            DocumentConflictError: the tree is not at ``expected_version``, or changed while
+                the archive was read; nothing is written.
         """
         most = self.limits.max_total_bytes + 2048 * (self.limits.max_entries + 8)
         if isinstance(source, bytes):
@@ -1377,6 +1379,8 @@ class Workspace:
             PathError: the folder holds a symlink, a device, a FIFO or a socket, or a name
                 the workspace refuses; nothing is written.
             WorkspaceLimitError: the content passes a limit; nothing is written.
+            DocumentConflictError: the tree is not at ``expected_version``, or changed while
+                the folder was read; nothing is written.
         """
         snapshot = await anyio.to_thread.run_sync(_read_dir, Path(folder), self.limits)
         async with self.edit(session_id, expected_version=expected_version) as files:
