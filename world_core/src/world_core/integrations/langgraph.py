@@ -1044,10 +1044,11 @@ def durable_tool(
     * ``replay="never"``: record the intent (with its deadline, ``timeout`` seconds on), then
       call, then record the outcome. Found an intent without an outcome (the call was
       interrupted), do not call: wait until its deadline has passed (plus
-      :data:`~world_core.CLOCK_MARGIN`; it may still be running elsewhere), record that it
+      :data:`~world_core.journal.CLOCK_MARGIN`; it may still be running elsewhere), record that it
       may or may not have happened, and raise :class:`~world_core.PossiblyRanError` (its
       message is :data:`~world_core.POSSIBLY_RAN`, for the model). At most one run of ``fn``
-      per place, whatever crashes.
+      per place, whatever crashes. Deadlines are on the local clock: the machines resuming
+      a thread must agree on the time within ``CLOCK_MARGIN`` (1 s), as NTP keeps them.
 
     An exception from a ``never`` call is its recorded outcome (the call happened): it is
     raised as :class:`~world_core.ToolError` now and on every later run of the task, a
@@ -1097,9 +1098,9 @@ def durable_tool(
         if found is not None and found.get("id", identity) != identity:
             raise NonDeterminismError(
                 f"{step_name} at {call.key!r} of thread {call.thread_id!r} is not the call "
-                "recorded there (another tool or other arguments): the task's code or input "
-                "changed since the super-step was cut off; keep its calls in the same order "
-                "with the same arguments, or pass key= to name each call",
+                "recorded there (other arguments under the same key=): the task's code or "
+                "input changed since the super-step was cut off; give each call a key of its "
+                "own, or keep what feeds its arguments durable",
                 position=call.key,
                 recorded=found.get("id"),
                 attempted=identity,
