@@ -1020,11 +1020,9 @@ class VirtualWorkspace:
     limits: WorkspaceLimits = field(default_factory=WorkspaceLimits)
 
     def files(self, context: ToolContext) -> Files:
-        """This call's view of the session's workspace (the same object for the whole call).
-
-        Raises:
-            InvalidArgumentError: the stored tree has a format this code cannot read.
-        """
+        """This call's view of the session's workspace: the same object for the whole call
+        (a second ``virtual(...)`` of the same kind in the call gets it too, with the first's
+        limits). Nothing is read until the view's first use."""
         per_call = _VIEWS.setdefault(context, {})
         view = per_call.get(self.durable)
         if view is not None:
