@@ -180,8 +180,9 @@ class _Bridge:
             raise RuntimeError(
                 f"a sync method of {self._owner} was called on the event loop's own thread, "
                 "where it would wait for itself: use the async API (graph.ainvoke / "
-                "graph.astream, the a* methods) in async code, or run the sync graph in a "
-                "worker thread (anyio.to_thread.run_sync)"
+                "graph.astream, the a* methods) in async code, wrap an async function with "
+                "durable_tool for an async node, or run the sync graph in a worker thread "
+                "(anyio.to_thread.run_sync)"
             )
         return anyio.from_thread.run(_coroutine, fn, *args, token=self._token)
 
