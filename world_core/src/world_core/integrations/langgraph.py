@@ -747,7 +747,9 @@ class WorldCheckpointSaver(BaseCheckpointSaver[int]):
         each namespace and its writes, ``"delete"`` removes every checkpoint.
 
         Each namespace is rewritten as a new generation, then the old one is deleted (see
-        the module docstring: not while a graph writes to the thread).
+        the module docstring: not while a graph writes to the thread). ``keep_latest`` keeps
+        no ancestors: do not use it on threads of a graph with ``DeltaChannel`` channels
+        (beta), whose values are rebuilt from their ancestors' writes.
 
         Raises:
             InvalidArgumentError: an unknown ``strategy``.
