@@ -37,6 +37,7 @@ from world_core import (
     World,
     session_log_id,
 )
+from world_core.journal import format_report, read_history, replay_check
 from world_examples.inbox import Inbox
 from world_examples.openai_agents_agent import MESSAGE, PolicyModel, durable_agent
 
@@ -133,6 +134,7 @@ async def crash_point(world: World, inbox: Inbox, crash_at: str) -> dict[str, An
             break
     return {
         "crash_at": crash_at,
+        "session": session,
         "crashed": crashed == "crash",
         "repeated_model_calls": sum(1 for digest in later.digests if digest in finished),
         "effects": len(inbox.messages(session)),
@@ -172,11 +174,20 @@ class _CrashContract(ContractBase):
         assert len(inbox.messages(session)) == 1
 
     async def test_crash_matrix(self, world: World, inbox: Inbox) -> None:
-        for row in await matrix(world, inbox, self.points):
+        rows = await matrix(world, inbox, self.points)
+        for row in rows:
             assert row["crashed"], row
             assert row["repeated_model_calls"] == 0, row
             assert row["effects"] == 1, row
             assert row["reply_matches"], row
+        # The histories the crashes left replay to the same reply with the model and every
+        # tool switched off (world replay-check), the crashed-and-resumed steps included.
+        histories = [await read_history(world, row["session"]) for row in rows]
+        report = await replay_check(
+            histories, lambda: durable_agent(PolicyModel(), send_timeout=SEND_TIMEOUT)
+        )
+        assert report.ok, format_report(report)
+        assert report.counts()["consistent"] == len(rows), format_report(report)
 
 
 APPROVAL_STEPS = ["model", "tool lookup_note", "model", "approval send_email", "tool send_email"]

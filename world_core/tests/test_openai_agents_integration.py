@@ -258,7 +258,7 @@ async def test_models_from_a_provider_are_journaled_and_turns_see_earlier_ones(
     assert await client.reply("chat", "t2") == "2 user"  # the earlier turn's message too
     assert provider.names == ["echo-1", "echo-1"]
     assert provider.model.calls == 2
-    journal = await Journal.open(world, "chat", "t2")  # a finished turn: its reply, no call
+    journal = await Journal.open(world, "chat", "t2")  # replayed from the journal: no call
     assert await durable.run_turn(journal) == "2 user"
     assert provider.model.calls == 2
 

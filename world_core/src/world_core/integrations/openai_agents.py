@@ -711,8 +711,6 @@ class DurableAgent:
         Raises:
             TurnSuspended: the run waits for an approval (the worker resumes it later).
         """
-        if journal.recorded_reply is not None:
-            return journal.recorded_reply
         escape = _Escape()
         agent, config = self.durable(journal, escape)
         result = await self._run(escape, agent, self.conversation(journal), config)
