@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from world_examples._demos import DEMOS
+from world_examples._demos import DEMOS, MISSING
 
 __all__ = ["register"]
 
@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
     demo.add_argument(
         "which",
         nargs="?",
-        choices=DEMOS,
+        choices=(*DEMOS, *MISSING),
         default="crashes",
         help="crashes: the crash matrix (the default); approval: a send that waits for a "
         "person's approval, crashed around the wait; workspace: an agent editing files with "

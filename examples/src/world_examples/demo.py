@@ -50,7 +50,7 @@ from world_core import (
     session_log_id,
 )
 from world_core.spi import validate_namespace
-from world_examples._demos import DEMO_MODULES, DEMOS
+from world_examples._demos import DEMO_MODULES, DEMOS, MISSING
 from world_examples.crash_agent import MESSAGE, SEND_TIMEOUT
 from world_examples.inbox import Inbox
 
@@ -508,6 +508,11 @@ async def run_demo(
             option or variable), or it cannot be shared by several processes.
         InvalidIdentifierError: ``WORKFLOW_NAMESPACE`` is not a valid namespace.
     """
+    if which in MISSING:
+        raise ConfigurationError(
+            f"world demo {which} needs a framework that is not installed: "
+            f"pip install '{MISSING[which]}'"
+        )
     if which not in DEMOS:
         raise ConfigurationError(f"no demo {which!r}: choose one of {', '.join(DEMOS)}")
     name, _ = resolve_world(world)
