@@ -56,7 +56,7 @@ from collections.abc import (
 )
 from contextlib import aclosing, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol, TypeVar
 
@@ -214,20 +214,28 @@ def _tree_errors() -> Iterator[None]:
 
 
 def _check_stored(path: str, kind: str) -> None:
+    problem = _stored_path_problem(path, kind)
+    if problem is not None:
+        raise PathError(problem, path=path)
+
+
+@lru_cache(maxsize=1 << 16)
+def _stored_path_problem(path: str, kind: str) -> str | None:
+    """Why a stored path is refused, or None (cached: a tree's paths are read again by every
+    call, and checking each one cost more than the rest of reading the tree)."""
     try:
         normal = normalize_path(path, what=f"stored {kind}")
     except PathError as exc:
-        raise PathError(
+        return (
             f"the workspace tree holds a {kind} path it must not: {exc}; restore the session "
-            "from a backup",
-            path=path,
-        ) from None
-    if normal != path or not path:
-        raise PathError(
-            f"the workspace tree holds the {kind} path {path!r}, which is not normalised; "
-            "restore the session from a backup",
-            path=path,
+            "from a backup"
         )
+    if normal != path or not path:
+        return (
+            f"the workspace tree holds the {kind} path {path!r}, which is not normalised; "
+            "restore the session from a backup"
+        )
+    return None
 
 
 class TreeDocument(BaseModel):
@@ -358,6 +366,9 @@ def _scope(store: object) -> int:
 
 _PARALLEL_READS = 16
 """Blob reads a snapshot keeps in flight at once."""
+
+_PARALLEL_WRITES = 16
+"""Blob writes a commit keeps in flight at once."""
 
 
 class _Draft:
@@ -646,11 +657,31 @@ class _Draft:
         return Snapshot(files, frozenset(self.dirs), modes)
 
     async def store_new(self, blobs: Blobs) -> None:
-        """Store, as blobs, the new contents the copy still names."""
+        """Store, as blobs, the new contents the copy still names, a few at a time. The
+        first error is raised as itself (not in a group), so a caller retrying transient
+        faults (the journal, for a commit hook) sees what it retries."""
         named = {entry.digest for entry in self.files.values()}
-        for digest, data in self.new.items():
-            if digest in named:
-                await blobs.put(data)  # one round trip when the blob is already there
+        pending = [data for digest, data in self.new.items() if digest in named]
+        if len(pending) == 1:
+            await blobs.put(pending[0])
+            return
+        limiter = anyio.CapacityLimiter(_PARALLEL_WRITES)
+        failed: list[Exception] = []
+
+        async def put(data: bytes) -> None:
+            async with limiter:
+                if failed:
+                    return
+                try:
+                    await blobs.put(data)  # one round trip when the blob is already there
+                except Exception as exc:  # raised below, once every task has stopped
+                    failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for data in pending:
+                tg.start_soon(put, data)
+        if failed:
+            raise failed[0]
 
 
 class Files:
