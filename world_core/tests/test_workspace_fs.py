@@ -41,6 +41,7 @@ from world_core import (
     virtual,
 )
 from world_core.errors import (
+    BackendUnavailableError,
     ConflictError,
     InvalidArgumentError,
     NotFoundError,
@@ -850,3 +851,31 @@ async def test_a_blob_missing_from_one_world_is_not_served_from_anothers(
         await Documents(second).put("s", TREE_DOCUMENT, tree.document())  # no blob stored
         with pytest.raises(NotFoundError, match="missing or incomplete"):
             await Workspace(second).read("s", "a.txt")
+
+
+async def test_a_transient_fault_while_storing_contents_is_retried(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The contents are stored in a commit hook the journal retries on transient faults: a
+    dropped connection while storing them costs a retry, not the call."""
+    write = world.stream.write
+    faults = [BackendUnavailableError("connection dropped (injected)")] * 2
+
+    async def flaky(stream_id: str, chunks: Any, *, expect_next: int | None = None) -> int:
+        if faults:
+            raise faults.pop()
+        return await write(stream_id, chunks, expect_next=expect_next)
+
+    monkeypatch.setattr(world.stream, "write", flaky)
+
+    async def work(context: ToolContext) -> None:
+        fs = _fs(context)
+        for index in range(3):
+            await fs.write(f"f{index}.bin", os.urandom(1000))
+
+    journal = await _turn(world)
+    with anyio.fail_after(30):
+        await journal.call(_tool(work, "never"), {"label": "x"})
+    assert not faults
+    snapshot = await Workspace(world).snapshot("s")
+    assert sorted(snapshot.files) == ["f0.bin", "f1.bin", "f2.bin"]
