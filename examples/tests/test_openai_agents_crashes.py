@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from world_conformance import ContractBase
+from world_conformance import ContractBase, WorldTarget
 from world_core import (
     Client,
     CrashPoint,
@@ -280,6 +281,27 @@ class _ApprovalContract(ContractBase):
 
 class TestLocalApprovals(_ApprovalContract):
     world_name = "local"
+    contract_area = "openai-agents"
+
+    async def test_world_approve_from_another_process(
+        self, world: World, world_target: WorldTarget, inbox: Inbox
+    ) -> None:
+        session, queue = "local-cli", "q-local-cli"
+        client = Client(world, queue=queue)
+        await client.submit(session, MESSAGE, turn_id="t1")
+        first = await _run(world, queue, PolicyModel(), None, needs_approval=True)
+        assert first.status == "suspended"
+        (waiting,) = await client.pending_approvals(session)
+        assert waiting.arguments["arguments"]["to"] == "ada@example.com"  # what approvers see
+        command = [sys.executable, "-m", "world_core._cli", "approve", session, "t1"]
+        command += [str(waiting.step), "--by", "ops", "--queue", queue, "--world", "local"]
+        command += ["--url", str(world_target.url), "--namespace", world_target.namespace]
+        done = await anyio.run_process(command, check=False)
+        assert done.returncode == 0, done.stderr
+        second = await _run(world, queue, PolicyModel(), None, needs_approval=True)
+        assert (second.status, second.reply) == ("done", DONE)
+        assert await _consumed(world, session) == ["ops"]
+        assert len(inbox.messages(session)) == 1
 
 
 class TestPostgresApprovals(_ApprovalContract):
