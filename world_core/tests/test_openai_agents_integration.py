@@ -277,3 +277,11 @@ async def test_journal_approval_refuses_bad_input_before_recording(world: World)
         await journal.approval("send", {"x": float("nan")}, timeout=10)
     assert journal.position == 0  # no step taken
     assert len(await world.log.read("session/ask")) == 1  # the input only
+
+
+def test_arguments_json_cannot_hold_stay_text() -> None:
+    from world_core.integrations.openai_agents import _arguments
+
+    assert _arguments('{"to": "ada"}') == {"to": "ada"}
+    assert _arguments('{"x": NaN}') == '{"x": NaN}'  # recorded as the text the model sent
+    assert _arguments("not json") == "not json"

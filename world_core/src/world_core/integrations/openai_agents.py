@@ -785,13 +785,18 @@ class DurableAgent:
 
 
 def _arguments(text: str | None) -> Any:
-    """A call's arguments as JSON when they parse (what approvers see), else the raw text."""
+    """A call's arguments as JSON when they parse (what approvers see), else the raw text
+    (also when they hold NaN or Infinity, which Python reads and JSON cannot hold)."""
     if text is None:
         return {}
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)
     except ValueError:
         return text
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _hosted(item: object) -> bool:
