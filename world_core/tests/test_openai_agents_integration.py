@@ -19,6 +19,7 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
+from agents.exceptions import UserError
 from agents.items import TResponseStreamEvent
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
@@ -285,3 +286,23 @@ def test_arguments_json_cannot_hold_stay_text() -> None:
     assert _arguments('{"to": "ada"}') == {"to": "ada"}
     assert _arguments('{"x": NaN}') == '{"x": NaN}'  # recorded as the text the model sent
     assert _arguments("not json") == "not json"
+
+
+class _NoModels(ModelProvider):
+    def get_model(self, model_name: str | None) -> Model:
+        raise UserError(f"no model named {model_name!r}")
+
+
+@pytest.mark.anyio
+async def test_a_run_the_sdk_refuses_fails_the_turn_at_once(world: World) -> None:
+    durable = DurableAgent(Agent(name="x", model="nope"), replay={}, model_provider=_NoModels())
+    client = Client(world)
+    await client.submit("refused", "hi", turn_id="t1")
+    result = await Worker(world, durable, crash=None).run_once(wait=5)
+    assert result is not None
+    assert result.status == "failed"  # recorded at once: no retries with backoff
+    failure = await client.failure("refused", "t1")
+    assert failure is not None
+    assert failure.error_type == "ConfigurationError"
+    assert "no model named 'nope'" in failure.error
+    assert failure.attempts == 1

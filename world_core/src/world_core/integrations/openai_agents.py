@@ -83,6 +83,7 @@ from agents import (
     Usage,
 )
 from agents.agent_output import AgentOutputSchemaBase
+from agents.exceptions import UserError
 from agents.handoffs import Handoff
 from agents.items import TResponseOutputItem, TResponseStreamEvent
 from agents.memory import SessionSettings
@@ -96,6 +97,7 @@ from pydantic_core import to_jsonable_python
 
 from world_core.errors import (
     BackendUnavailableError,
+    ConfigurationError,
     ConflictError,
     DuplicateKeyError,
     InvalidArgumentError,
@@ -710,6 +712,8 @@ class DurableAgent:
 
         Raises:
             TurnSuspended: the run waits for an approval (the worker resumes it later).
+            ConfigurationError: the SDK refused the run as misconfigured (its ``UserError``):
+                the worker records the turn's failure at once.
         """
         escape = _Escape()
         agent, config = self.durable(journal, escape)
@@ -744,8 +748,10 @@ class DurableAgent:
     ) -> RunResult:
         try:
             return await Runner.run(agent, start, run_config=config, max_turns=self.max_turns)
-        except Exception:
+        except Exception as exc:
             escape.check()  # the journal's own error, as it was raised (not the SDK's wrapper)
+            if isinstance(exc, UserError):  # the SDK misused: running it again fails the same
+                raise ConfigurationError(f"the OpenAI Agents SDK refused the run: {exc}") from exc
             raise
 
     def _journaled_tool(
