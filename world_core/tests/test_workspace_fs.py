@@ -722,6 +722,22 @@ async def test_sync_tools_use_the_blocking_view(world: World) -> None:
     assert await Workspace(world).read_text("s", "sync/b.txt") == "hi!"
 
 
+async def test_a_sync_tool_that_forgets_blocking_is_refused_not_silently_dropped(
+    world: World,
+) -> None:
+    def forgetful(label: str, context: ToolContext) -> str:
+        """Calls the async method from its worker thread: the coroutine would never run."""
+        _fs(context).write("lost.txt", label)  # type: ignore[unused-coroutine]
+        return "written"
+
+    journal = await _turn(world)
+    with pytest.raises(ToolError, match=r"context\.fs\.blocking\.write"):
+        await journal.call(tool(forgetful, replay="safe"), {"label": "hi"})
+    await journal.finish("done")
+    with pytest.raises(PathNotFoundError):
+        await Workspace(world).read("s", "lost.txt")
+
+
 async def test_a_draft_replayed_in_the_same_process_starts_from_the_earlier_calls(
     world: World,
 ) -> None:

@@ -56,9 +56,9 @@ from collections.abc import (
 )
 from contextlib import aclosing, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import lru_cache, partial, wraps
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol, TypeVar
+from typing import IO, Any, Literal, ParamSpec, Protocol, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -100,6 +100,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 TREE_DOCUMENT = "workspace"
 """The session document that holds a durable workspace's tree (:class:`TreeDocument`)."""
@@ -684,6 +685,28 @@ class _Draft:
             raise failed[0]
 
 
+def _async_only(
+    method: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Refuse, at once, a call from outside the event loop: from a sync tool's worker thread the
+    coroutine would never be awaited and the change silently lost."""
+
+    @wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
+        try:
+            anyio.get_current_task()
+        except RuntimeError:  # no event loop in this thread: a sync tool
+            raise InvalidArgumentError(
+                f"context.fs.{method.__name__}() was called from a sync tool (it runs in a "
+                "worker thread, where the coroutine would never run and nothing would be "
+                f"changed): call context.fs.blocking.{method.__name__}(...) instead, or make "
+                "the tool async"
+            ) from None
+        return method(*args, **kwargs)
+
+    return call
+
+
 class Files:
     """A tool's view of a workspace (``context.fs``, or ``virtual(...).files(context)``).
 
@@ -721,15 +744,18 @@ class Files:
                     self._loaded = await self._load()
         return self._loaded
 
+    @_async_only
     async def version(self) -> int:
         """The committed tree version this call started from (0: never written)."""
         return (await self._draft()).base.version
 
+    @_async_only
     async def read(self, path: str) -> bytes:
         """The file's bytes."""
         normal = normalize_path(path)
         return await (await self._draft()).read(normal)
 
+    @_async_only
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The file's text.
 
@@ -744,6 +770,7 @@ class Files:
                 f"{path!r} is not {encoding} text ({exc}); read it with read()"
             ) from None
 
+    @_async_only
     async def write(
         self, path: str, data: bytes | str, *, mode: int | None = None, parents: bool = True
     ) -> int:
@@ -758,10 +785,12 @@ class Files:
         (await self._draft()).put(normal, content, mode, parents)
         return len(content)
 
+    @_async_only
     async def read_bytes(self, path: str) -> bytes:
         """The file's bytes (:meth:`read`)."""
         return await self.read(path)
 
+    @_async_only
     async def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> int:
         """Create or replace a file with ``data``; returns its size.
 
@@ -772,6 +801,7 @@ class Files:
             raise InvalidArgumentError(f"write_bytes takes bytes, got {type(data).__name__}")
         return await self.write(path, bytes(data), mode=mode)
 
+    @_async_only
     async def write_text(
         self, path: str, text: str, encoding: str = "utf-8", *, mode: int | None = None
     ) -> int:
@@ -784,6 +814,7 @@ class Files:
             raise InvalidArgumentError(f"write_text takes a str, got {type(text).__name__}")
         return await self.write(path, _as_bytes(text, encoding), mode=mode)
 
+    @_async_only
     async def append(self, path: str, data: bytes | str) -> int:
         """Add to the end of a file (created if missing); returns its new size."""
         normal = normalize_path(path)
@@ -794,44 +825,52 @@ class Files:
         draft.put(normal, before + content, None)
         return len(before) + len(content)
 
+    @_async_only
     async def exists(self, path: str) -> bool:
         """Whether a file or directory is at ``path``."""
         normal = normalize_path(path)
         draft = await self._draft()
         return normal in draft.files or draft.is_dir(normal)
 
+    @_async_only
     async def stat(self, path: str) -> FileStat:
         """Kind, size, mode and digest of the entry at ``path``."""
         normal = normalize_path(path)
         return (await self._draft()).stat(normal)
 
+    @_async_only
     async def list(self, path: str = "") -> builtins.list[str]:
         """The names in a directory (the root by default), sorted."""
         normal = normalize_path(path)
         return (await self._draft()).children(normal)
 
+    @_async_only
     async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
         """Create a directory (and its parents, by default)."""
         normal = normalize_path(path)
         (await self._draft()).mkdir(normal, parents, exist_ok)
 
+    @_async_only
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file or an empty directory (``recursive=True``: any directory)."""
         normal = normalize_path(path)
         (await self._draft()).remove(normal, recursive)
 
+    @_async_only
     async def rename(self, source: str, target: str) -> None:
         """Move a file (replacing a file at ``target``) or a directory (``target`` must not
         exist); missing parents of ``target`` are created."""
         old, new = normalize_path(source, what="source"), normalize_path(target, what="target")
         (await self._draft()).move(old, new, False)
 
+    @_async_only
     async def copy(self, source: str, target: str) -> None:
         """Copy a file (replacing a file at ``target``) or a directory tree (``target`` must
         not exist). No bytes are copied: the copy names the same blob."""
         old, new = normalize_path(source, what="source"), normalize_path(target, what="target")
         (await self._draft()).move(old, new, True)
 
+    @_async_only
     async def symlink(self, target: str, path: str) -> None:
         """Refused: a workspace holds files and directories only, never links (so no path can
         resolve outside it).
@@ -845,6 +884,7 @@ class Files:
             path=str(path),
         )
 
+    @_async_only
     async def glob(self, pattern: str) -> builtins.list[str]:
         """Paths of files and directories matching ``pattern``, sorted: ``*``, ``?``,
         ``[abc]``, ``[!abc]`` within a name (names starting with ``.`` included), ``**`` for
@@ -852,22 +892,26 @@ class Files:
         normal = normalize_path(pattern, what="pattern")
         return (await self._draft()).glob(normal)
 
+    @_async_only
     async def tree(self) -> FileTree:
         """The tree as this call sees it (metadata; its version is the one it started from)."""
         draft = await self._draft()
         return FileTree(draft.base.version, dict(draft.files), frozenset(draft.dirs))
 
+    @_async_only
     async def digest(self) -> str:
         """:meth:`FileTree.digest` of the tree as this call sees it."""
         draft = await self._draft()
         return _tree_digest(draft.files, draft.dirs)
 
+    @_async_only
     async def snapshot(self) -> Snapshot:
         """The whole tree with every file's bytes (for an engine that works on a copy, such
         as the shell): ``files`` path to bytes, ``dirs`` every directory, ``modes`` of files
         whose mode is not ``0o644``."""
         return await (await self._draft()).snapshot()
 
+    @_async_only
     async def apply(self, tree: TreeLike) -> None:
         """Make the workspace hold exactly ``tree`` (a :class:`Snapshot` or the shell's
         ``Tree``), as one change set of this call: files missing from it are removed,
