@@ -4,6 +4,7 @@ what DurableAgent refuses when it is built."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -306,3 +307,37 @@ async def test_a_run_the_sdk_refuses_fails_the_turn_at_once(world: World) -> Non
     assert failure.error_type == "ConfigurationError"
     assert "no model named 'nope'" in failure.error
     assert failure.attempts == 1
+
+
+def test_recorded_responses_dump_as_the_live_ones() -> None:
+    from openai.types.responses import ResponseFunctionToolCall, ResponseReasoningItem
+    from openai.types.responses.response_reasoning_item import Summary
+
+    from world_core.integrations.openai_agents import _response_from, _response_json
+
+    live = ModelResponse(
+        output=[
+            ResponseFunctionToolCall(
+                type="function_call", call_id="c1", name="send", arguments="{}", status=None
+            ),
+            ResponseReasoningItem(
+                id="r1", type="reasoning", summary=[Summary(type="summary_text", text="think")]
+            ),
+            ResponseOutputMessage(
+                type="message",
+                id="m1",
+                role="assistant",
+                status="completed",
+                content=[ResponseOutputText(type="output_text", text="hi", annotations=[])],
+            ),
+        ],
+        usage=Usage(requests=1, input_tokens=5, output_tokens=2, total_tokens=7),
+        response_id="resp_1",
+    )
+    replayed = _response_from(json.loads(json.dumps(_response_json(live))))
+    for before, after in zip(live.output, replayed.output, strict=True):
+        assert type(after) is type(before)
+        assert after.model_dump(exclude_unset=True) == before.model_dump(exclude_unset=True)
+        assert after.model_dump() == before.model_dump()
+    assert replayed.to_input_items() == live.to_input_items()  # what the next request holds
+    assert (replayed.usage.total_tokens, replayed.response_id) == (7, "resp_1")

@@ -92,7 +92,7 @@ from agents.models.multi_provider import MultiProvider
 from agents.tool import Tool as SDKTool
 from agents.tool_context import ToolContext as SDKToolContext
 from openai.types.responses.response_prompt_param import ResponsePromptParam
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_jsonable_python
 
 from world_core.errors import (
@@ -374,7 +374,7 @@ def tool_context() -> ToolContext:
 def _response_json(response: ModelResponse) -> dict[str, Any]:
     usage = response.usage
     return {
-        "output": [to_jsonable_python(item, exclude_none=True) for item in response.output],
+        "output": [_output_json(item) for item in response.output],
         "usage": {
             "requests": usage.requests,
             "input_tokens": usage.input_tokens,
@@ -384,6 +384,15 @@ def _response_json(response: ModelResponse) -> dict[str, Any]:
         "response_id": response.response_id,
         "request_id": response.request_id,
     }
+
+
+def _output_json(item: object) -> Any:
+    """An output item as JSON with exactly the fields that were set: rebuilt from it, the item
+    dumps as the live one did (the SDK builds the next request from such dumps, and a field
+    filled only by its default on one side would change the request a replay compares)."""
+    if isinstance(item, BaseModel):
+        return item.model_dump(mode="json", exclude_unset=True)
+    return to_jsonable_python(item)
 
 
 def _response_from(recorded: dict[str, Any]) -> ModelResponse:
