@@ -55,6 +55,19 @@ call and are recorded with it. Not supported in a durable run (refused when the
 Tracing: the SDK exports traces to OpenAI unless disabled; a replayed model call would export a
 second span, so disable it (``set_tracing_disabled(True)`` or
 ``OPENAI_AGENTS_DISABLE_TRACING=1``) or pass a ``run_config`` with ``tracing_disabled=True``.
+
+**Inside a tool**, :func:`tool_context` is the call's journal context: its
+``idempotency_key`` (send it to APIs that take one) and ``check()`` (call it right before an
+irreversible effect). A cut-off ``never`` call answers the model ``POSSIBLY_RAN``; a tool that
+raised answers ``Error: ...`` (both recorded, so a replay answers the same).
+
+**Failures.** A journal error inside the SDK's run (a call still in flight in another worker,
+a replay that differs, a failed write) is raised as it was, not as the SDK's wrapper, so the
+worker handles it as for any turn. A run the SDK refuses as misconfigured (its ``UserError``)
+is a :class:`~world_core.errors.ConfigurationError`: the turn's failure is recorded at once.
+Other SDK errors (``MaxTurnsExceeded``, a guardrail's tripwire) are retried like any
+unclassified error (cheaply: every recorded step is read back) until the worker records the
+failure.
 """
 
 from __future__ import annotations
