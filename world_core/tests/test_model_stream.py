@@ -55,7 +55,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[StreamServer]:
     running = StreamServer()
-    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread = threading.Thread(target=running.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield running
     running.shutdown()

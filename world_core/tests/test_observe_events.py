@@ -13,8 +13,10 @@ import anyio
 import pytest
 from observe_support import REPLY, build  # type: ignore[import-not-found]  # PYTHONPATH
 
+import world_core.journal._live
+import world_core.journal._worker
 from world_core import Client, TurnEvent, Worker, World, open_world
-from world_core.errors import InvalidArgumentError
+from world_core.errors import InvalidArgumentError, NotFoundError
 from world_core.journal import StepInfo, TurnObserver, TurnRun, turn_events_stream
 from world_core.observe import live_events
 
@@ -180,8 +182,10 @@ class Broken(TurnObserver):
 
 
 async def test_a_failing_or_stuck_observer_neither_fails_nor_blocks_the_turn(
-    world: World,
+    world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(world_core.journal._worker, "OBSERVER_CLOSE_SECONDS", 0.5)
+
     def broken_factory(world: World, run: TurnRun) -> TurnObserver:
         raise RuntimeError("factory down")
 
@@ -201,13 +205,25 @@ async def test_a_failing_or_stuck_observer_neither_fails_nor_blocks_the_turn(
     assert events[-1].type == "reply"
 
 
-async def test_without_events_a_reader_still_ends_with_the_journal(world: World) -> None:
+async def test_without_events_a_reader_still_ends_with_the_journal(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A worker that publishes nothing (observers=[]): the reader finds the end in the journal."""
+    monkeypatch.setattr(world_core.journal._live, "CHECK_SECONDS", 0.2)
     client = Client(world)
     turn = await client.submit("s", "when is the launch?")
     await Worker(world, build(), crash=None, observers=[]).run_once(wait=WAIT)
     events = await _all(client, turn)
     assert [(e.type, e.source, e.text) for e in events] == [("reply", "journal", REPLY)]
+
+
+async def test_a_turn_never_submitted_is_not_found(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(world_core.journal._live, "CHECK_SECONDS", 0.2)
+    with anyio.fail_after(WAIT), pytest.raises(NotFoundError, match="never submitted"):
+        async for _ in Client(world).events("s", "nope", timeout=WAIT):
+            pass
 
 
 async def test_bad_arguments_are_refused_at_the_call(world: World) -> None:

@@ -293,6 +293,8 @@ class Client:
                 (raised by this call, before anything is read).
             TimeoutError: by the iterator, when nothing came for ``timeout`` seconds and the
                 turn has not ended.
+            NotFoundError: by the iterator, when nothing came and the turn was never
+                submitted (within a few seconds).
         """
         return read_turn_events(
             self, self._world, session_id, turn_id, after=after, timeout=timeout

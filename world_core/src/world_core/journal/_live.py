@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict
 
-from world_core.errors import InvalidArgumentError
+from world_core.errors import InvalidArgumentError, NotFoundError
 from world_core.journal._journal import check_turn_id, session_log_id
 from world_core.spi import MAX_ID_BYTES, World
 
@@ -181,6 +181,8 @@ def read_turn_events(
             raised by the call, before anything is read.
         TimeoutError: by the iterator, when no event came for ``timeout`` seconds and the
             turn has not ended.
+        NotFoundError: by the iterator, when no event came and the turn was never submitted
+            (found at the first look at the journal, within :data:`CHECK_SECONDS`).
     """
     stream_id = turn_events_stream(session_id, turn_id)
     if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < -1):
@@ -261,6 +263,11 @@ async def _journal_end(
 ) -> TurnEvent | None:
     """The turn's end as the journal holds it, or None while it has none."""
     status = await client.status(session_id, turn_id)
+    if status == "unknown":
+        raise NotFoundError(
+            f"turn {turn_id!r} of session {session_id!r} was never submitted; follow the turn "
+            "id Client.submit returned"
+        )
     if status == "done":
         reply = await client.reply(session_id, turn_id)
         return TurnEvent(position=position, type="reply", text=reply, source="journal")
