@@ -105,7 +105,7 @@ class RunEnd:
     Attributes:
         status: a :class:`~world_core.TurnResult` status: ``done`` and ``failed`` end the turn;
             ``suspended`` (a wait), ``retry``, ``waiting``, ``lease_lost``, ``superseded``,
-            ``shutdown``, ``queued`` leave it to a later run.
+            ``shutdown`` leave it to a later run.
         reply: the turn's reply (``done``).
         error: what went wrong (``failed`` and the statuses that retry).
         failure: the recorded failure (``error_type``, ``error``, ``attempts``, ``step``).
