@@ -9,7 +9,8 @@ imported, and ``import world_core`` imports it).
 
 The decision, made once: **the events are a best-effort live view; the journal is the truth.**
 Callbacks only queue an event in memory (bounded: past :data:`MAX_QUEUED` events, new ones are
-dropped and a ``gap`` event counts them); a background task writes the queue in batches. A
+dropped and a ``gap`` event counts them); a background task writes the queue in batches, at
+most one write per :data:`FLUSH_INTERVAL`. A
 write that fails is logged and dropped, never retried into the turn's time, and never fails
 or slows the turn; a slow stream only delays the view. The trace (``world trace``) is rebuilt
 from the journal, not from these events. Text deltas queued together are merged into one event.
@@ -39,7 +40,7 @@ from world_core.journal import (
 )
 from world_core.spi import World
 
-__all__ = ["MAX_QUEUED", "PREVIEW_CHARS", "LiveEvents", "live_events"]
+__all__ = ["FLUSH_INTERVAL", "MAX_QUEUED", "PREVIEW_CHARS", "LiveEvents", "live_events"]
 
 log = logging.getLogger("world.observe")
 
@@ -48,6 +49,9 @@ MAX_QUEUED = 10_000
 
 PREVIEW_CHARS = 4000
 """Characters of a tool's arguments or result, or a committed value, carried in an event."""
+
+FLUSH_INTERVAL = 0.05
+"""Seconds a run's publisher gathers events before a write (at most one write per interval)."""
 
 _BATCH_BYTES = 1024 * 1024  # one stream write carries at most this much (the SPI allows 8 MiB)
 
@@ -160,6 +164,8 @@ class LiveEvents(TurnObserver):
     async def serve(self) -> None:
         while True:
             await self._wake.wait()
+            # Let a burst (a model streaming tokens) gather: one write per interval at most.
+            await anyio.sleep(FLUSH_INTERVAL)
             self._wake = anyio.Event()
             await self._flush()
 
