@@ -162,3 +162,56 @@ async def test_the_app_opens_and_closes_its_world_in_the_lifespan(
     assert replies == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     with pytest.raises(RuntimeError, match="not open"):
         _ = app.client
+
+
+async def test_over_http_with_uvicorn_and_a_reconnecting_client(world: World) -> None:
+    """The app behind a real HTTP server (uvicorn on loopback), read by an HTTP client that
+    drops the connection after two events and reconnects with Last-Event-ID."""
+    import httpx
+    import uvicorn
+
+    app = create_app(world)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    seen: list[tuple[int, str, dict[str, Any]]] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        for _ in range(int(WAIT / 0.02)):  # uvicorn has no event to wait on
+            if server.started:
+                break
+            await anyio.sleep(0.02)
+        else:
+            pytest.fail(f"uvicorn did not start within {WAIT} s")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as http:
+            posted = await http.post("/sessions/s2/messages", json={"message": "launch?"})
+            assert posted.status_code == 202
+            url = posted.json()["events"]
+
+            async def read(last: int | None, most: int | None) -> None:
+                headers = {} if last is None else {"Last-Event-ID": str(last)}
+                async with http.stream("GET", url, headers=headers) as response:
+                    assert response.status_code == 200
+                    assert response.headers["content-type"].startswith("text/event-stream")
+                    block = ""
+                    async for line in response.aiter_lines():
+                        if line:
+                            block += line + "\n"
+                            continue
+                        seen.extend(_events(block.encode() + b"\n"))
+                        block = ""
+                        if most is not None and len(seen) >= most:
+                            return  # drop the connection mid-turn
+
+            async def browser() -> None:
+                await read(None, 2)
+                await read(seen[-1][0], None)
+
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(browser)
+                result = await Worker(world, build_agent(), crash=None).run_once(wait=WAIT)
+                assert result is not None
+                assert result.status == "done"
+        server.should_exit = True
+    assert [position for position, _, _ in seen] == list(range(len(seen)))
+    assert seen[-1][1] == "reply"
