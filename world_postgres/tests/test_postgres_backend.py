@@ -7,6 +7,7 @@ import itertools
 import secrets
 import subprocess
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from world_core import (
     OutboxMessage,
 )
 from world_postgres import PostgresWorld, connect
-from world_postgres._db import Database
+from world_postgres._db import Database, tag, tag_key
+from world_postgres._log import PostgresLog
 from world_postgres._schema import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
@@ -280,6 +282,59 @@ async def test_delete_racing_appends_leaves_no_hole(pg_world: PostgresWorld, pg_
         await other.aclose()
 
 
+async def test_delete_waits_for_a_single_event_append_in_flight(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """A single-event append is one INSERT that locks the log's row, not the advisory lock
+    delete_log takes: a delete that starts while one is uncommitted waits for its commit, then
+    removes its event too, so the log never resumes past a hole."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    assert await log.append("d", [NewEvent(data=b"1")]) == 1
+    log_tag = tag("l", "d")
+    holder = await asyncpg.connect(pg_url)
+    deleter = await asyncpg.connect(pg_url)
+    try:
+        deleter_pid = await deleter.fetchval("SELECT pg_backend_pid()")
+        transaction = holder.transaction()
+        await transaction.start()
+        rows = await holder.fetch(
+            log._append_one,
+            "d",
+            b"2",
+            None,
+            uuid.uuid4(),
+            None,
+            tag_key(log_tag),
+            log_tag,
+        )
+        assert [row[0] for row in rows] == [2]
+        deleted = anyio.Event()
+
+        async def delete() -> None:
+            await deleter.execute(log._delete, "d")
+            deleted.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(delete)
+            with anyio.fail_after(WAIT):  # until the delete waits for a lock
+                for _ in itertools.count():
+                    if await holder.fetchval(
+                        "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)",
+                        deleter_pid,
+                    ):
+                        break
+                    await anyio.sleep(0.01)
+            assert not deleted.is_set()
+            await transaction.commit()
+        assert await pg_world.log.read("d") == []
+        assert await pg_world.log.info("d") is None
+        assert await pg_world.log.append("d", [NewEvent(data=b"again")]) == 1
+    finally:
+        await holder.close()
+        await deleter.close()
+
+
 async def test_racing_keys_give_duplicate_key_error(pg_world: PostgresWorld, pg_url: str) -> None:
     others = [await connect(url=pg_url, namespace=pg_world.namespace) for _ in range(3)]
     outcomes: list[str] = []
@@ -442,7 +497,10 @@ async def test_writes_replayed_after_a_lost_reply_apply_once(
 
     assert await log.append("l", [NewEvent(data=b"a"), NewEvent(data=b"b", key="k")]) == 2
     assert await log.append("l", [NewEvent(data=b"c")], expect_tail=2, status="s") == 3
-    assert [e.data for e in await log.read("l")] == [b"a", b"b", b"c"]
+    # One event without a status: the single INSERT first, then the retry finds its batch.
+    assert await log.append("l", [NewEvent(data=b"d", key="k2")], expect_tail=3) == 4
+    assert await log.append("l", [NewEvent(data=b"e")]) == 5
+    assert [e.data for e in await log.read("l")] == [b"a", b"b", b"c", b"d", b"e"]
 
     message_id = await queue.enqueue("q", b"m")
     (lease,) = await queue.claim("q", "w", lease=30, limit=10)

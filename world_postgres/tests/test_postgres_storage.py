@@ -9,6 +9,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+import world_postgres._db
 from world_conformance.connect_errors import world_info
 from world_core import ConfigurationError, NewEvent
 from world_postgres import connect
@@ -98,6 +99,57 @@ async def test_an_older_schema_is_migrated_when_opened(pg_url: str) -> None:
         assert sorted(row[0] for row in versions) == list(range(1, len(MIGRATIONS) + 1))
     finally:
         await conn.close()
+        await _drop(pg_url, namespace)
+
+
+async def test_a_namespace_at_the_previous_version_upgrades_and_keeps_its_data(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A namespace written by the previous release (its schema one migration behind) is
+    migrated when a World of this release opens it; every log, status, key, message and chunk
+    is still there, and appends and deletes go on as before."""
+    namespace = _typo()
+    try:
+        monkeypatch.setattr(world_postgres._db, "MIGRATIONS", MIGRATIONS[:-1])
+        async with await connect(url=pg_url, namespace=namespace) as old:
+            await old.log.append("a", [NewEvent(data=b"1"), NewEvent(data=b"2", key="k")])
+            await old.log.append("a", [NewEvent(data=b"3")], status="busy")
+            await old.log.append("b", [NewEvent(data=b"x")])
+            await old.queue.enqueue("q", b"m")
+            await old.stream.write("s", [b"c0", b"c1"])
+            await old.stream.close("s")
+        monkeypatch.undo()
+        conn = await asyncpg.connect(pg_url)
+        try:
+            versions = f'SELECT version FROM "world_{namespace}".migrations ORDER BY version'
+            assert [r[0] for r in await conn.fetch(versions)] == list(range(1, len(MIGRATIONS)))
+            async with await connect(url=pg_url, namespace=namespace) as world:
+                assert [r[0] for r in await conn.fetch(versions)] == list(
+                    range(1, len(MIGRATIONS) + 1)
+                )
+                assert [(e.seq, e.key, e.data) for e in await world.log.read("a")] == [
+                    (1, None, b"1"),
+                    (2, "k", b"2"),
+                    (3, None, b"3"),
+                ]
+                info = await world.log.info("a")
+                assert info is not None
+                assert (info.tail, info.status) == (3, "busy")
+                assert [i.log_id for i in (await world.log.list_logs()).items] == ["a", "b"]
+                (lease,) = await world.queue.claim("q", "w", lease=30)
+                assert lease.payload == b"m"
+                assert [c.data async for c in world.stream.read("s")] == [b"c0", b"c1"]
+                # Appends continue at the tail; a delete empties the log; it starts again at 1.
+                assert await world.log.append("a", [NewEvent(data=b"4")], expect_tail=3) == 4
+                assert await world.log.append("a", [NewEvent(data=b"5", key="k2")]) == 5
+                await world.log.delete("a")
+                assert await world.log.info("a") is None
+                assert await world.log.append("a", [NewEvent(data=b"new")]) == 1
+                assert await world.log.append("a", [NewEvent(data=b"new2")]) == 2
+                assert [e.seq for e in await world.log.read("b")] == [1]
+        finally:
+            await conn.close()
+    finally:
         await _drop(pg_url, namespace)
 
 

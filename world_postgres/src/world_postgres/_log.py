@@ -26,7 +26,7 @@ from world_core.spi import (
     validate_list,
     validate_read,
 )
-from world_postgres._db import Conn, Database, tag
+from world_postgres._db import Conn, Database, tag, tag_key
 from world_postgres._notify import Listener
 from world_postgres._wait import Waiter
 
@@ -36,12 +36,37 @@ _WATCH_BATCH = 256
 # Appenders racing for the same seq retry at once; this bounds a pathological pile-up.
 _MAX_SEQ_RACES = 10_000
 
+# One event appended to an existing log without a status or outbox messages, the common case,
+# in one statement instead of a call of append() (whose statements cost about as much as the
+# INSERT itself). It keeps append()'s guarantees: seq is the tail plus one, settled by
+# events_pkey; the KEY SHARE lock on the log's row orders it against delete_log (schema
+# version 2: the row is deleted first), since an advisory lock taken inside the statement
+# would come after its snapshot; wake() is inline, its writer lock taken before the check for
+# waiters (the FROM item comes before RETURNING); batch lets a retry find the event. No row
+# comes back when the log has no row (its first append, or deleted meanwhile) or expect_tail
+# ($5) differs: then append() decides, with nothing written.
+_APPEND_ONE = """
+    INSERT INTO @s@.events (log_id, seq, key, data, batch)
+    SELECT $1, g.t + 1, $3::text, $2::bytea, $4::uuid
+    FROM (
+        SELECT coalesce((SELECT max(e.seq) FROM @s@.events e WHERE e.log_id = $1), 0) AS t,
+               pg_advisory_xact_lock_shared(@kw@, $6::integer) AS writer
+        FROM @s@.logs x WHERE x.log_id = $1 FOR KEY SHARE OF x OFFSET 0
+    ) AS g
+    WHERE $5::bigint IS NULL OR $5 = g.t
+    RETURNING seq, CASE
+        WHEN pg_try_advisory_lock(@kr@, $6) THEN pg_advisory_unlock(@kr@, $6)
+        ELSE (SELECT true FROM pg_notify(@channel@, $7::text))
+    END
+"""
+
 
 class PostgresLog(Log):
     def __init__(self, db: Database, listener: Listener) -> None:
         self._db = db
         self._listener = listener
         sql = db.sql
+        self._append_one = sql(_APPEND_ONE)
         self._append = sql(
             "SELECT o_tail, o_actual, o_dup_seq, o_dup_key, o_dup_data FROM @s@.append("
             "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
@@ -91,10 +116,25 @@ class PostgresLog(Log):
                 [tag("q", m.queue) for m in messages],
             ]
         log_tag = tag("l", log_id)
+        one = len(events) == 1 and status is None and not messages
 
         async def op(conn: Conn, retried: bool) -> int:
             for _ in range(_MAX_SEQ_RACES):
                 try:
+                    # A retry goes through append(), which first looks for the batch.
+                    if one and not retried:
+                        rows = await conn.fetch(
+                            self._append_one,
+                            log_id,
+                            data[0],
+                            keys[0],
+                            batch,
+                            expect_tail,
+                            tag_key(log_tag),
+                            log_tag,
+                        )
+                        if rows:
+                            return int(rows[0][0])
                     row = await conn.fetchrow(
                         self._append,
                         log_id,

@@ -268,4 +268,25 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             """,
         ],
     ),
+    (
+        "delete_log also waits for single-event appends, which lock the logs row",
+        [
+            # A single-event append to an existing log is one INSERT (``_APPEND_ONE`` in
+            # _log.py) that holds a KEY SHARE lock on the log's row instead of the shared
+            # advisory lock, which a statement could only take after its snapshot. Deleting
+            # the row first waits for those appends to commit and makes later ones find no
+            # row (they then go through append(), which waits for the advisory lock); the
+            # events are deleted by the next statement, whose snapshot has them all.
+            """
+            CREATE OR REPLACE FUNCTION @s@.delete_log(p_log text) RETURNS void
+            LANGUAGE plpgsql AS $fn$
+            BEGIN
+                PERFORM pg_advisory_xact_lock(hashtext(@s_literal@), hashtext(p_log));
+                DELETE FROM @s@.logs WHERE log_id = p_log;
+                DELETE FROM @s@.events WHERE log_id = p_log;
+            END
+            $fn$
+            """,
+        ],
+    ),
 ]
