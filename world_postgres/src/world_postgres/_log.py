@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
@@ -61,6 +62,13 @@ _APPEND_ONE = """
 """
 
 
+@functools.lru_cache(maxsize=4096)
+def _log_tag(log_id: str) -> tuple[str, int]:
+    """A log's wake tag and its advisory-lock key, kept for the logs appended to recently."""
+    log_tag = tag("l", log_id)
+    return log_tag, tag_key(log_tag)
+
+
 class PostgresLog(Log):
     def __init__(self, db: Database, listener: Listener) -> None:
         self._db = db
@@ -100,10 +108,14 @@ class PostgresLog(Log):
         messages: Sequence[OutboxMessage] = (),
     ) -> int:
         validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
+        batch = uuid.uuid4()
+        log_tag, log_key = _log_tag(log_id)
+        one: tuple[object, ...] | None = None
+        if len(events) == 1 and status is None and not messages:
+            one = (log_id, events[0].data, events[0].key, batch, expect_tail, log_key, log_tag)
         data = [event.data for event in events]
         keys = [event.key for event in events]
         has_keys = any(key is not None for key in keys)
-        batch = uuid.uuid4()
         mids = [uuid.uuid4().hex for _ in messages] if messages else None
         margs: list[object] = [None] * 6
         if messages:
@@ -115,24 +127,13 @@ class PostgresLog(Log):
                 [m.max_attempts for m in messages],
                 [tag("q", m.queue) for m in messages],
             ]
-        log_tag = tag("l", log_id)
-        one = len(events) == 1 and status is None and not messages
 
         async def op(conn: Conn, retried: bool) -> int:
             for _ in range(_MAX_SEQ_RACES):
                 try:
                     # A retry goes through append(), which first looks for the batch.
-                    if one and not retried:
-                        rows = await conn.fetch(
-                            self._append_one,
-                            log_id,
-                            data[0],
-                            keys[0],
-                            batch,
-                            expect_tail,
-                            tag_key(log_tag),
-                            log_tag,
-                        )
+                    if one is not None and not retried:
+                        rows = await conn.fetch(self._append_one, *one)
                         if rows:
                             return int(rows[0][0])
                     row = await conn.fetchrow(
