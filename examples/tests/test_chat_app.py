@@ -120,6 +120,8 @@ async def test_a_message_and_its_turn_as_server_sent_events(world: World) -> Non
     assert seen[-1][2]["text"] == reply
     _, full = await _call(app, "GET", events_url)
     assert _events(full) == seen
+    last = [(b"last-event-id", str(seen[-1][0]).encode())]
+    assert await _call(app, "GET", events_url, headers=last) == (204, b"")
     text = "".join(data.get("text", "") for _, kind, data in seen if kind == "text")
     assert text == reply
 

@@ -15,6 +15,8 @@ Routes:
                                         event, so the page misses nothing and sees nothing
                                         twice, also when the worker crashed meanwhile (a
                                         ``resumed`` event, then the other worker's events).
+                                        Once the client has seen the end, 204 (No Content)
+                                        tells an ``EventSource`` to stop reconnecting.
 
 Run it (two terminals; any ASGI server, uvicorn shown)::
 
@@ -54,6 +56,7 @@ from world_core import (
     tool,
 )
 from world_core.errors import InvalidArgumentError, WorldError
+from world_core.journal import turn_events_stream
 
 __all__ = ["NOTES", "build_agent", "create_app", "policy", "sse_event"]
 
@@ -184,6 +187,14 @@ class ASGIApp:
             events = self.client.events(session, turn, after=after, timeout=self._events_timeout)
         except InvalidArgumentError as exc:
             await _json(send, 400, {"error": str(exc)})
+            return
+        assert self._world is not None  # self.client checked it
+        info = await self._world.stream.info(turn_events_stream(session, turn))
+        if info.closed and (after if after is not None else -1) + 1 >= info.next_index:
+            # The turn has ended and the client has seen its end: 204 tells an EventSource
+            # to stop reconnecting.
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
             return
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
