@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +15,12 @@ from observe_support import REPLY, build  # type: ignore[import-not-found]  # PY
 
 import world_core.journal._live
 import world_core.journal._worker
-from world_core import Client, TurnEvent, Worker, World, open_world
-from world_core.errors import InvalidArgumentError, NotFoundError
+from world_conformance.wrappers import PassThroughWorld
+from world_core import Chunk, Client, TurnEvent, Worker, World, open_world
+from world_core.errors import BackendUnavailableError, InvalidArgumentError, NotFoundError
 from world_core.journal import StepInfo, TurnObserver, TurnRun, turn_events_stream
 from world_core.observe import live_events
+from world_core.spi import Stream, StreamInfo
 
 pytestmark = pytest.mark.anyio
 
@@ -234,3 +236,57 @@ async def test_bad_arguments_are_refused_at_the_call(world: World) -> None:
         client.events("s", "t", timeout=0)
     with pytest.raises(InvalidArgumentError, match="observers"):
         Worker(world, build(), observers=[object()])  # type: ignore[list-item]
+
+
+class BrokenEventStream(Stream):
+    """The World's stream, except that writes of turn events fail (``down``) or hang."""
+
+    def __init__(self, inner: Stream, how: str) -> None:
+        self.inner = inner
+        self.how = how
+        self.tried = 0
+
+    async def write(
+        self, stream_id: str, chunks: Sequence[bytes], *, expect_next: int | None = None
+    ) -> int:
+        if stream_id.startswith("turn-events/"):
+            self.tried += 1
+            if self.how == "down":
+                raise BackendUnavailableError("stream server down (injected)")
+            await anyio.sleep_forever()
+        return await self.inner.write(stream_id, chunks, expect_next=expect_next)
+
+    async def close(self, stream_id: str) -> None:
+        await self.inner.close(stream_id)
+
+    async def info(self, stream_id: str) -> StreamInfo:
+        return await self.inner.info(stream_id)
+
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        return self.inner.read(stream_id, start=start)
+
+    async def delete(self, stream_id: str) -> None:
+        await self.inner.delete(stream_id)
+
+
+@pytest.mark.parametrize("how", ["down", "hanging"])
+async def test_a_failing_or_hanging_event_stream_costs_the_turn_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Publishing is best effort: writes that fail are dropped, writes that hang are cut off
+    at the worker's close deadline; the turn finishes, and a reader gets its end from the
+    journal."""
+    monkeypatch.setattr(world_core.journal._worker, "OBSERVER_CLOSE_SECONDS", 0.5)
+    monkeypatch.setattr(world_core.journal._live, "CHECK_SECONDS", 0.2)
+    broken = BrokenEventStream(world.stream, how)
+    client = Client(world)
+    turn = await client.submit("s", "when is the launch?")
+    with anyio.fail_after(WAIT):
+        result = await Worker(PassThroughWorld(world, stream=broken), build(), crash=None).run_once(
+            wait=WAIT
+        )
+    assert result is not None
+    assert result.status == "done"
+    assert broken.tried >= 1
+    events = await _all(client, turn)
+    assert [(e.type, e.source) for e in events] == [("reply", "journal")]

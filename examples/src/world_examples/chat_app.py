@@ -190,7 +190,7 @@ class ASGIApp:
             return
         assert self._world is not None  # self.client checked it
         info = await self._world.stream.info(turn_events_stream(session, turn))
-        if info.closed and (after if after is not None else -1) + 1 >= info.next_index:
+        if info.closed and after is not None and after + 1 >= info.next_index:
             # The turn has ended and the client has seen its end: 204 tells an EventSource
             # to stop reconnecting.
             await send({"type": "http.response.start", "status": 204, "headers": []})

@@ -14,8 +14,8 @@ steps read back from the journal as ``step_replayed``, then new work.
 The stream is a best-effort live view; the journal is the truth. An event the publisher could
 not write is logged and dropped (a ``gap`` event says how many, when it can). So that a reader
 never waits for an end the stream will not show, the reader also watches the journal: when
-the turn has a reply or a failure and the stream shows no end for a few seconds, it yields the
-end from the journal (``source="journal"``) and stops.
+the turn has a reply or a failure and the stream shows no end for a few seconds (or the stream
+was closed without one), it yields the end from the journal (``source="journal"``) and stops.
 """
 
 from __future__ import annotations
@@ -224,6 +224,11 @@ async def _follow(
                 if chunk is None:
                     break  # idle: look at the journal (below), then read again
                 if chunk is _CLOSED:
+                    # Closed without its end event (a publisher whose writes failed): the
+                    # journal knows how the turn ended.
+                    end = await _journal_end(client, session_id, turn_id, position)
+                    if end is not None:
+                        yield end
                     return
                 assert not isinstance(chunk, _Closed)
                 event = TurnEvent.decode(chunk.index, chunk.data)
