@@ -57,7 +57,7 @@ _APPEND_ONE = """
     WHERE $5::bigint IS NULL OR $5 = g.t
     RETURNING seq, CASE
         WHEN pg_try_advisory_lock(@kr@, $6) THEN pg_advisory_unlock(@kr@, $6)
-        ELSE (SELECT true FROM pg_notify(@channel@, $7::text))
+        ELSE pg_notify(@channel@, $7::text) IS NOT NULL
     END
 """
 
