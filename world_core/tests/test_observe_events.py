@@ -3,6 +3,7 @@ across reconnects and across a real worker process killed mid-turn."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -16,7 +17,21 @@ from observe_support import REPLY, build  # type: ignore[import-not-found]  # PY
 import world_core.journal._live
 import world_core.journal._worker
 from world_conformance.wrappers import PassThroughWorld
-from world_core import Chunk, Client, TurnEvent, Worker, World, open_world
+from world_core import (
+    Agent,
+    Chunk,
+    Client,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    ToolCall,
+    ToolContext,
+    TurnEvent,
+    Worker,
+    World,
+    open_world,
+    tool,
+)
 from world_core.errors import BackendUnavailableError, InvalidArgumentError, NotFoundError
 from world_core.journal import StepInfo, TurnObserver, TurnRun, turn_events_stream
 from world_core.observe import live_events
@@ -290,3 +305,36 @@ async def test_a_failing_or_hanging_event_stream_costs_the_turn_nothing(
     assert broken.tried >= 1
     events = await _all(client, turn)
     assert [(e.type, e.source) for e in events] == [("reply", "journal")]
+
+
+def _plan_policy(request: ModelRequest) -> ModelReply:
+    if any(m["role"] == "tool" for m in request.messages):
+        return ModelReply(content="planned", usage={"prompt_tokens": 12, "completion_tokens": 2})
+    call = ToolCall(id="call_p", name="plan", arguments=json.dumps({"step": "write the note"}))
+    return ModelReply(tool_calls=[call])
+
+
+def plan(step: str, context: ToolContext) -> str:
+    """Add a step to the plan (a value committed with the call)."""
+    context.stage("doc/plan", {"steps": [step]})
+    return "added"
+
+
+async def test_committed_state_is_published_with_its_step(world: World) -> None:
+    """What a tool stages (documents, files: ``context.stage``) is published as a ``state``
+    event once the call's outcome is kept, after its ``step_finished``."""
+    client = Client(world)
+    turn = await client.submit("s", "plan it")
+    agent = Agent(model=ScriptedModel(_plan_policy), tools=[tool(plan, replay="never")])
+    result = await Worker(world, agent, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "done"
+    events = await _all(client, turn)
+    kinds = [(e.type, e.step) for e in events if e.type in ("step_finished", "state")]
+    assert kinds == [("step_finished", 0), ("step_finished", 1), ("state", 1), ("step_finished", 2)]
+    state = next(e for e in events if e.type == "state")
+    assert (state.state_name, state.value) == ("doc/plan", {"steps": ["write the note"]})
+    never = next(e for e in events if e.type == "step_finished" and e.step == 1)
+    assert never.recorded is True  # a never call's outcome is appended at once
+    assert never.replay == "never"
+    assert never.key == f"s/{turn}/step-1"

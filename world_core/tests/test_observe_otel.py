@@ -16,7 +16,19 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from world_core import Client, CrashPoint, Journal, SimulatedCrash, Worker, World, open_world
+from world_core import (
+    Agent,
+    Client,
+    CrashPoint,
+    Journal,
+    ModelReply,
+    ModelRequest,
+    ScriptedModel,
+    SimulatedCrash,
+    Worker,
+    World,
+    open_world,
+)
 from world_core.errors import InvalidArgumentError
 from world_core.observe import TurnTracing, live_events, span_id_of, trace_id_of
 
@@ -169,3 +181,30 @@ def test_nothing_imports_opentelemetry_until_tracing_is_made() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+async def test_token_usage_and_the_model_name_follow_the_conventions(world: World) -> None:
+    """A model client with a name (``.model``) and replies reporting usage: ``chat {model}``
+    spans with ``gen_ai.request.model`` and the input and output token counts."""
+
+    class NamedModel(ScriptedModel):
+        model = "gpt-test"
+
+    def policy(request: ModelRequest) -> ModelReply:
+        return ModelReply(content="hi", usage={"prompt_tokens": 21, "completion_tokens": 4})
+
+    exporter = InMemorySpanExporter()
+    tracing = TurnTracing(processor=SimpleSpanProcessor(exporter), agent_name="helper")
+    await Client(world).submit("s", "hello")
+    agent = Agent(model=NamedModel(policy))
+    result = await Worker(world, agent, crash=None, observers=[tracing]).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "done"
+    chat, root = exporter.get_finished_spans()
+    assert chat.name == "chat gpt-test"
+    attributes = chat.attributes or {}
+    assert attributes["gen_ai.request.model"] == "gpt-test"
+    assert attributes["gen_ai.usage.input_tokens"] == 21
+    assert attributes["gen_ai.usage.output_tokens"] == 4
+    assert root.name == "invoke_agent helper"
+    assert (root.attributes or {})["gen_ai.agent.name"] == "helper"
