@@ -8,7 +8,10 @@ One run prints a table and one JSON line:
 
 * append: ``Log.append`` of one 256-byte event against the floor, one raw asyncpg INSERT of the
   same bytes into a (log_id, seq) table, each committed on its own. Samples are interleaved
-  (floor, world, floor ...) so drift on a shared machine hits both alike.
+  (floor, world, statement, floor ...) so drift on a shared machine hits all alike. The
+  statement row is the profile of what remains: the World's own single-event INSERT run through
+  the raw driver, so append minus statement is the client's work (pool, retries, validation,
+  building the NewEvent) and statement minus floor the server's (seq probe, row lock, wake).
 * queue: messages per second through enqueue then claim + ack, with 1 and 8 concurrent
   producers and workers in this process (claim takes one message per call, like procrastinate's
   fetch), against procrastinate deferring and running the same number of no-op jobs with the
@@ -31,6 +34,7 @@ import os
 import secrets
 import statistics
 import time
+import uuid
 from typing import Any
 
 import anyio
@@ -38,6 +42,8 @@ import asyncpg
 
 from world_core import NewEvent
 from world_postgres import PostgresWorld, connect
+from world_postgres._db import tag, tag_key
+from world_postgres._log import PostgresLog
 
 TARGETS = {
     "append_ratio": 1.15,
@@ -54,10 +60,16 @@ def _pct(samples: list[float], q: float) -> float:
 
 async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str, float]:
     conn: Any = await asyncpg.connect(url)
+    raw: Any = await asyncpg.connect(url)
     schema = f"bench_floor_{secrets.token_hex(4)}"
     data = secrets.token_bytes(256)
     floor: list[float] = []
     append: list[float] = []
+    statement: list[float] = []
+    log = world.log
+    assert isinstance(log, PostgresLog)
+    wake_tag = tag("l", "bench-raw")
+    wake_key = tag_key(wake_tag)
     try:
         await conn.execute(f"CREATE SCHEMA {schema}")
         await conn.execute(
@@ -65,29 +77,36 @@ async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str,
             " data bytea NOT NULL, PRIMARY KEY (log_id, seq))"
         )
         insert = f"INSERT INTO {schema}.events (log_id, seq, data) VALUES ($1, $2, $3)"
-        seq = 0
-        for _ in range(100):  # warm-up: connections, prepared statements, plans
-            seq += 1
-            await conn.execute(insert, "bench-log", seq, data)
-            await world.log.append("bench-log", [NewEvent(data=data)])
-        for _ in range(rounds):
-            seq += 1
+        await world.log.append("bench-raw", [NewEvent(data=data)])  # the log's row
+        # The first 100 warm up: connections, prepared statements, plans.
+        for seq in range(1, 101 + rounds):
             t0 = time.perf_counter()
             await conn.execute(insert, "bench-log", seq, data)
             t1 = time.perf_counter()
             await world.log.append("bench-log", [NewEvent(data=data)])
             t2 = time.perf_counter()
-            floor.append(t1 - t0)
-            append.append(t2 - t1)
+            # The statement Log.append sends for one event (log, data, key, batch, expect_tail,
+            # wake key, wake tag; see _log.py), on a connection of its own.
+            args = ("bench-raw", data, None, uuid.uuid4(), None, wake_key, wake_tag)
+            rows = await raw.fetch(log._append_one, *args)
+            t3 = time.perf_counter()
+            assert rows, "the single-event INSERT found no log row"
+            if seq > 100:
+                floor.append(t1 - t0)
+                append.append(t2 - t1)
+                statement.append(t3 - t2)
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await conn.close()
+        await raw.close()
     return {
         "floor_p50_ms": statistics.median(floor) * 1e3,
         "append_p50_ms": statistics.median(append) * 1e3,
         "floor_mean_ms": statistics.fmean(floor) * 1e3,
         "append_mean_ms": statistics.fmean(append) * 1e3,
         "ratio_p50": statistics.median(append) / statistics.median(floor),
+        "statement_p50_ms": statistics.median(statement) * 1e3,
+        "statement_ratio_p50": statistics.median(statement) / statistics.median(floor),
         "ratio_mean": statistics.fmean(append) / statistics.fmean(floor),
     }
 
@@ -318,6 +337,15 @@ async def main() -> None:
             f"{a['floor_p50_ms']:.3f}",
             f"{a['ratio_p50']:.2f}x",
             f"<= {TARGETS['append_ratio']}x floor",
+        )
+    )
+    print(
+        _row(
+            "  its INSERT alone, raw driver, p50",
+            f"{a['statement_p50_ms']:.3f}",
+            f"{a['floor_p50_ms']:.3f}",
+            f"{a['statement_ratio_p50']:.2f}x",
+            "the server's part",
         )
     )
     print(
