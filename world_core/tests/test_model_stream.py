@@ -27,6 +27,7 @@ class StreamServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.answers: list[tuple[str, list[bytes]]] = []  # content type, body pieces
         self.requests: list[dict[str, Any]] = []
+        self.status: list[int] = []  # per answer, 200 when not given
 
     @property
     def base_url(self) -> str:
@@ -40,7 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", "0"))
         self.server.requests.append(json.loads(self.rfile.read(length)))
         kind, pieces = self.server.answers.pop(0)
-        self.send_response(200)
+        self.send_response(self.server.status.pop(0) if self.server.status else 200)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(sum(len(p) for p in pieces)))
         self.end_headers()
@@ -135,3 +136,20 @@ async def test_a_stream_cut_before_its_end_is_retried(server: StreamServer) -> N
     await model.aclose()
     assert reply.content == "Hello!"
     assert pieces == [("Hal", 0), ("Hello", 1), ("!", 1)]
+
+
+async def test_a_server_refusing_streams_is_asked_the_plain_way(server: StreamServer) -> None:
+    body = {"choices": [{"message": {"role": "assistant", "content": "plain"}}]}
+    refused = {"error": {"message": "stream_options is not supported"}}
+    server.answers.append(("application/json", [json.dumps(refused).encode()]))
+    server.answers.append(("application/json", [json.dumps(body).encode()]))
+    server.answers.append(("application/json", [json.dumps(body).encode()]))
+    server.status = [400, 200, 200]
+    model = OpenAIChatModel(base_url=server.base_url, api_key=KEY, model="m")
+    pieces: list[tuple[str, int]] = []
+    first = await model.stream(REQUEST, lambda delta, retry: pieces.append((delta, retry)))
+    second = await model.stream(REQUEST, lambda delta, retry: pieces.append((delta, retry)))
+    await model.aclose()
+    assert (first.content, second.content) == ("plain", "plain")
+    assert [request.get("stream") for request in server.requests] == [True, None, None]
+    assert [piece for piece, _ in pieces] == ["plain", "plain"]

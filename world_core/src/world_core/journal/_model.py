@@ -270,6 +270,7 @@ class OpenAIChatModel:
                 f"max_retries must be a non-negative whole number (got {max_retries!r})"
             )
         self._max_retries = max_retries
+        self._streaming = True  # False once the server refused a streamed request
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._key = api_key
         self.model = model
@@ -385,13 +386,20 @@ class OpenAIChatModel:
         as the server sends it (server-sent events), and the assembled reply (text, tool calls
         from their pieces, usage when the server reports it) is returned, the same reply
         ``complete`` would give. A server that answers with a plain JSON completion instead
-        is read as ``complete`` reads it. Retries are as for ``complete``; a stream that
-        breaks is retried too, and ``on_text`` is then told the retry's number.
+        is read as ``complete`` reads it; one that refuses streamed requests (400 or 422) is
+        asked with ``complete`` from then on, and ``on_text`` gets the reply's text whole.
+        Retries are as for ``complete``; a stream that breaks is retried too, and ``on_text``
+        is then told the retry's number.
 
         Raises:
             The errors of :meth:`complete`; also ``ModelReplyError`` for a stream whose
             events are not chat-completion chunks.
         """
+        if not self._streaming:
+            reply = await self.complete(request)
+            if reply.content:
+                on_text(reply.content, 0)
+            return reply
         payload = self._encode(request, stream=True)
         started = anyio.current_time()
         deadline = started + self._retry_budget
@@ -403,6 +411,20 @@ class OpenAIChatModel:
             if isinstance(outcome, ModelReply):
                 return outcome
             if not isinstance(outcome, _Transient):
+                if outcome.status_code in (400, 422):
+                    # A server that refuses streaming (or stream_options) was not paid: ask
+                    # it the plain way from now on, and pass the text on whole.
+                    _log.warning(
+                        "model server %s refused a streamed request for %r (%d); not streaming",
+                        self._scrub(self._url),
+                        self._scrub(self.model),
+                        outcome.status_code,
+                    )
+                    self._streaming = False
+                    reply = await self.complete(request)
+                    if reply.content:
+                        on_text(reply.content, attempts)
+                    return reply
                 return self._answer(outcome)
             wait, why = self._next_wait(outcome, attempts, deadline)
             if wait is None:
