@@ -338,3 +338,21 @@ async def test_committed_state_is_published_with_its_step(world: World) -> None:
     assert never.recorded is True  # a never call's outcome is appended at once
     assert never.replay == "never"
     assert never.key == f"s/{turn}/step-1"
+
+
+def _refusing_policy(request: ModelRequest) -> ModelReply:
+    raise InvalidArgumentError("this model refuses every request (a test)")
+
+
+async def test_a_failed_turn_ends_its_stream_with_the_failure(world: World) -> None:
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    agent = Agent(model=ScriptedModel(_refusing_policy))
+    result = await Worker(world, agent, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "failed"
+    events = await _all(client, turn)
+    assert [e.type for e in events] == ["started", "step_started", "failed"]
+    assert events[-1].error is not None
+    assert "refuses every request" in events[-1].error
+    assert (await world.stream.info(turn_events_stream("s", turn))).closed
