@@ -761,9 +761,12 @@ class Journal:
                 output.pop("usage", None)  # recorded only when the server reported it
             return {"output": output}
 
-        result = await self._step(
-            "model", "model", digest_of(payload), preview, "safe", run, parts=(parts, payload)
-        )
+        try:
+            result = await self._step(
+                "model", "model", digest_of(payload), preview, "safe", run, parts=(parts, payload)
+            )
+        finally:
+            self._step_extra = {}  # taken by the step, unless it was refused before
         if "error" in result:
             unusable = ModelReplyError(
                 f"turn {self.turn_id!r} step {self._next - 1}: {result['error']} (recorded; "
@@ -823,7 +826,10 @@ class Journal:
         except (ValueError, InvalidArgumentError) as exc:
             return f"Error: {exc}"
         self._step_extra = {"call_id": call.id}
-        result = await self._tool_step(tool, arguments, args)
+        try:
+            result = await self._tool_step(tool, arguments, args)
+        finally:
+            self._step_extra = {}  # taken by the call's step, or left by a refused approval
         if "error" in result:
             return f"Error: {result['error']}"
         output = result["output"]
