@@ -13,26 +13,37 @@ by the ``WorldDurability`` capability, run by ``world worker`` processes.
    emails ``send_email`` (``never``) delivered to the real SMTP inbox (target exactly 1), and
    whether the reply matches the clean turn's.
 
+The worker processes are ``world worker --once``, forked from a server process that imported
+pydantic-ai, the agent and the World's backend once (``multiprocessing``'s forkserver): each
+starts in milliseconds instead of a few seconds.
+
 It runs on the World, namespace and inbox :func:`world_examples.demo.run_demo` sets up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
+import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
-from world_core import Client, World, session_log_id
+from world_core import Client, World, resolve_world, session_log_id
 from world_examples.demo import (
-    LEASE,
     TURN,
+    WORKER_WAIT,
     _Context,
-    _run_worker,
     _Screen,
+    _WorkerExit,
+    _world_arguments,
     _world_lines,
 )
 from world_examples.inbox import Inbox
@@ -41,6 +52,12 @@ from world_examples.pydantic_ai_agent import MESSAGE, SEND_TIMEOUT
 __all__ = ["PydanticAIRow", "introduce", "run"]
 
 AGENT = "world_examples.pydantic_ai_agent:build_agent"
+LEASE = 5.0
+"""The worker processes' lease: a dead worker holds its turn this long. Longer than ``world
+demo``'s 2 s: on a loaded machine a renewal can come late, and a worker that is no longer sure
+it holds the turn refuses to send (``context.check()``), which fails the turn."""
+PROCESS_SECONDS = 120.0
+"""The longest one worker process may take (a wedged one is killed)."""
 MAX_PROCESSES = 5
 """Worker processes taking a crashed turn over, at most (a cut-off send needs two: one finds
 the send's deadline ahead and re-queues the turn, the next answers for it)."""
@@ -71,6 +88,65 @@ class PydanticAIRow:
     processes: list[str]
     """Each worker process's turn status, in order (``crash``: it died at CRASH_AT)."""
     seconds: float
+    note: str = ""
+    """Why the turn has no reply, when it has none (its recorded failure)."""
+
+
+_preloaded: list[str] = []
+
+
+def _processes(ctx: _Context) -> Any:
+    """Where the worker processes come from: ``multiprocessing``'s forkserver, whose server
+    imports pydantic-ai, the agent and the World's backend once, so each ``world worker``
+    process starts in milliseconds instead of importing them again."""
+    mp = multiprocessing.get_context("forkserver")
+    if not _preloaded:
+        _, factory = resolve_world(ctx.target)
+        backend = factory.__module__.split(".")[0]
+        _preloaded.extend(["world_core._cli", "world_examples.pydantic_ai_agent", backend])
+        mp.set_forkserver_preload(_preloaded)
+    return mp
+
+
+def _worker_process(arguments: list[str], env: dict[str, str], out: str) -> None:
+    """A forked process's body: ``world worker`` with ``arguments``, its JSON line in ``out``
+    (none when it dies at its CRASH_AT, with ``os._exit(1)``)."""
+    from world_core._cli import main
+
+    os.environ.pop("CRASH_AT", None)
+    os.environ.update(env)
+    with Path(out).open("w", encoding="utf-8") as output, contextlib.redirect_stdout(output):
+        status = main(arguments)
+    sys.exit(status)
+
+
+async def _run_worker(ctx: _Context, queue: str, extra_env: dict[str, str]) -> _WorkerExit:
+    """One ``world worker --once`` process (forked) running the pydantic-ai agent for a turn
+    of ``queue``; how it ended."""
+    env = {
+        "WORLD_DEMO_SMTP": f"127.0.0.1:{ctx.inbox.port}",
+        "WORLD_DEMO_MAILDIR": str(ctx.inbox.folder),
+        "WORLD_DEMO_CALLS": str(ctx.folder / "model-calls.jsonl"),
+        **extra_env,
+    }
+    arguments = ["worker", "--agent", AGENT, "--once", "--wait", str(WORKER_WAIT)]
+    arguments += ["--lease", str(LEASE), "--queue", queue, "--json", *_world_arguments(ctx)]
+    out = ctx.folder / f"worker-{queue}-{time.monotonic_ns()}.json"
+    process = _processes(ctx).Process(
+        target=_worker_process, args=(arguments, env, str(out)), daemon=True
+    )
+    process.start()
+    await anyio.to_thread.run_sync(process.join, PROCESS_SECONDS)
+    if process.exitcode is None:  # wedged: the demo must not hang
+        process.kill()
+        await anyio.to_thread.run_sync(process.join, 5.0)
+    try:
+        result = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        result = None
+    pid = int(process.pid or 0)
+    code = -9 if process.exitcode is None else int(process.exitcode)
+    return _WorkerExit(code, pid, result if isinstance(result, dict) else None)
 
 
 @dataclass(frozen=True)
@@ -120,7 +196,7 @@ async def _point(
     queue = f"pydantic-ai-{index}"
     client = Client(ctx.world, queue=queue)
     await client.submit(session, MESSAGE, turn_id=TURN)
-    first = await _run_worker(ctx, queue, {"CRASH_AT": crash_at}, agent=AGENT)
+    first = await _run_worker(ctx, queue, {"CRASH_AT": crash_at})
     crashed = first.result is None and first.returncode == 1
     processes = ["crash" if crashed else str((first.result or {}).get("status", "exit"))]
     journaled = sum(1 for s in await _steps(ctx.world, session) if s.kind == "model")
@@ -130,10 +206,17 @@ async def _point(
     for _ in range(MAX_PROCESSES):
         if reply is not None:
             break
-        ended = await _run_worker(ctx, queue, {}, agent=AGENT)
-        processes.append(str((ended.result or {}).get("status", f"exit {ended.returncode}")))
+        ended = await _run_worker(ctx, queue, {})
+        status = str((ended.result or {}).get("status", f"exit {ended.returncode}"))
+        processes.append(status)
         replay += _calls(ctx, ended.pid)
         reply = await client.reply(session, TURN)
+        if status in ("failed", "idle") or status.startswith("exit"):
+            break  # over (its failure is recorded), or nothing left to take over
+    note = ""
+    if reply is None:
+        failure = await client.failure(session, TURN)
+        note = str(failure) if failure else "no reply after " + ", ".join(processes)
     steps = await _steps(ctx.world, session)
     told = any(s.name.endswith(":send_email") and s.result.get("interrupted") for s in steps)
     checks = [_tool_output(s) for s in steps if s.name.endswith(":check_sent")]
@@ -150,6 +233,7 @@ async def _point(
         checked_sent=checks[-1] if checks else None,
         processes=processes,
         seconds=round(time.monotonic() - started, 1),
+        note=note,
     )
 
 
@@ -203,7 +287,7 @@ async def run(ctx: _Context, as_json: bool) -> int:
     say.line("1. The clean turn, in one worker process ...")
     client = Client(ctx.world, queue="pydantic-ai-clean")
     await client.submit("pydantic-ai-clean", MESSAGE, turn_id=TURN)
-    ended = await _run_worker(ctx, "pydantic-ai-clean", {}, agent=AGENT)
+    ended = await _run_worker(ctx, "pydantic-ai-clean", {})
     clean_reply = await client.reply("pydantic-ai-clean", TURN)
     if clean_reply is None:
         said = ended.result or f"exit status {ended.returncode}"
