@@ -75,6 +75,8 @@ def test_world_demo_pydantic_ai_json_meets_every_target(tmp_path: Path) -> None:
     assert by_point["3:after_run"]["checked_sent"] == "yes: 1 delivered"
     assert by_point["3:after_run"]["told_possibly_ran"] is True
     assert "crashing at 10 points" in result.stderr
+    assert "Warning" not in result.stderr  # nothing but the narrative from the processes
+    assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # a temporary folder, not .workflow-data here
 
 

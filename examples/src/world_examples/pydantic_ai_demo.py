@@ -103,7 +103,7 @@ def _processes(ctx: _Context) -> Any:
     if not _preloaded:
         _, factory = resolve_world(ctx.target)
         backend = factory.__module__.split(".")[0]
-        _preloaded.extend(["world_core._cli", "world_examples.pydantic_ai_agent", backend])
+        _preloaded.extend(["__main__", "world_examples.pydantic_ai_agent", backend])
         mp.set_forkserver_preload(_preloaded)
     return mp
 
