@@ -203,9 +203,11 @@ def _check_version(value: object, what: str) -> int:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """JSON equality (``1`` and ``True``, ``1`` and ``1.0`` differ)."""
+    """JSON equality (``1`` and ``True``, ``1`` and ``1.0``, ``0.0`` and ``-0.0`` differ)."""
     if type(a) is not type(b):
         return False
+    if isinstance(a, float):
+        return a.hex() == b.hex()  # == says -0.0 == 0.0, but their JSON differs
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list):
