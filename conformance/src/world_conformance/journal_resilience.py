@@ -221,6 +221,15 @@ async def _assert_acked(world: World, message_id: str) -> None:
     assert await world.queue.dead_letters(QUEUE) == [], "the turn's message was dead-lettered"
 
 
+async def _published_start(client: Client, *, step: int) -> None:
+    """Wait (bounded) until the turn's live events show ``step`` started."""
+    with anyio.fail_after(WAIT):
+        async for event in client.events(SESSION, TURN, timeout=WAIT):
+            if event.type == "step_started" and event.step == step:
+                return
+    raise AssertionError(f"the turn's events ended before step {step} started")
+
+
 class _OutcomeAppendFails(PassThroughLog):
     """The World's log, except that the first append carrying ``key`` raises
     BackendUnavailableError once: before reaching the store (``landed=False``) or after the
@@ -291,6 +300,11 @@ class JournalResilienceContract(ContractBase):
         second = Worker(world, agent, queue=QUEUE, lease=LEASE, name="second", crash=None)
         async with _worker(world_target, tmp_path, env) as first:
             await first.until(inside.exists, "the first worker running act")
+            # Stopped inside act, not inside a write: on an embedded store (a database file)
+            # a process stopped in a write transaction holds the file's lock while stopped.
+            # The worker's live-event publisher writes act's step_started just after act
+            # begins; wait for it, after which nothing but the lease heartbeat writes.
+            await _published_start(client, step=3)
             first.signal(signal.SIGSTOP)
             with anyio.fail_after(WAIT * 2):
                 taken = await second.run_once(wait=WAIT)
