@@ -207,7 +207,7 @@ def _same(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, float):
-        return a.hex() == b.hex()  # == says -0.0 == 0.0, but their JSON differs
+        return bool(a.hex() == b.hex())  # == says -0.0 == 0.0, but their JSON differs
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list):
