@@ -86,6 +86,17 @@ async def _tree(world: World, session: str) -> dict[str, bytes]:
     return {path: await workspace.read(session, path) for path in tree.files}
 
 
+def _needs_shell_engine() -> None:
+    """The shell is an optional extra of world-core: without its engine a shell contract skips,
+    saying what to install (every in-repo backend runs them with it). Per test, not an autouse
+    fixture: a backend's suite class inherits every contract class, and a fixture would apply
+    to all of them."""
+    pytest.importorskip(
+        "bashkit",
+        reason="the shell contracts need the shell engine: pip install 'world-core[shell]'",
+    )
+
+
 class JournalShellContract(ContractBase):
     """The bash tool's promises, end to end, on the World under test."""
 
@@ -97,6 +108,7 @@ class JournalShellContract(ContractBase):
         """Crashed before and after each of the turn's five steps, then continued by a fresh
         journal: the clean run's files, modes and folders (the same tree digest), the same
         reply, and no model call repeated for a step that had finished."""
+        _needs_shell_engine()
         client = Client(world, queue="q")
         await client.submit("clean", MESSAGE, turn_id="t")
         clean = await Journal.open(world, "clean", "t")
@@ -140,6 +152,7 @@ class JournalShellContract(ContractBase):
     async def test_shell_limits_stop_a_script_and_change_no_file(self, world: World) -> None:
         """A script past its time or loop limit exits 124 naming the setting; the tree stays
         as the previous call committed it."""
+        _needs_shell_engine()
         await Client(world, queue="q").submit("s", MESSAGE, turn_id="t")
         journal = await Journal.open(world, "s", "t")
         bash = bash_tool(limits=ShellLimits(timeout=0.5, max_loop_iterations=100))
@@ -159,6 +172,7 @@ class JournalShellContract(ContractBase):
     ) -> None:
         """Reading host files, writing through ``../..`` or an absolute path, starting a
         program: nothing of the host is read or written, only /workspace is kept."""
+        _needs_shell_engine()
         secret = tmp_path / "secret.txt"
         secret.write_text("host-secret-17\n")
         marker = tmp_path / "marker"
