@@ -298,20 +298,51 @@ async def _crash_point(
     )
 
 
-_HEADER = (
-    f"{'crash at':<14}{'step':<18}{'journaled':>10}{'replay':>8}{'repeated':>10}"
-    f"{'emails':>8}  reply"
-)
+def crash_header(effects: str = "emails") -> str:
+    """The header of a crash-matrix table (this demo's and the framework demos')."""
+    return (
+        f"{'crash at':<14}{'step':<18}{'journaled':>10}{'replay':>8}{'repeated':>10}"
+        f"{effects:>{len(effects) + 2}}  reply"
+    )
+
+
+def crash_line(
+    *,
+    crash_at: str,
+    step: str,
+    journaled: int,
+    replay: int,
+    repeated: int,
+    effects: int,
+    reply_matches: bool,
+    told_possibly_ran: bool,
+    crashed: bool,
+    effects_label: str = "emails",
+) -> str:
+    """One crash point's line under :func:`crash_header` with the same ``effects_label``."""
+    reply = "identical" if reply_matches else "DIFFERENT"
+    mark = " *" if told_possibly_ran else ""
+    extra = "" if crashed else "  (did not crash)"
+    return (
+        f"{crash_at:<14}{step:<18}{journaled:>10}{replay:>8}{repeated:>10}"
+        f"{effects:>{len(effects_label) + 2}}  {reply}{mark}{extra}"
+    )
+
+
+_HEADER = crash_header()
 
 
 def _row(row: CrashRow) -> str:
-    reply = "identical" if row.reply_matches else "DIFFERENT"
-    mark = " *" if row.told_possibly_ran else ""
-    extra = "" if row.crashed else "  (did not crash)"
-    return (
-        f"{row.crash_at:<14}{row.step:<18}{row.finished_model_steps:>10}"
-        f"{row.replay_model_calls:>8}{row.repeated_model_calls:>10}{row.emails:>8}"
-        f"  {reply}{mark}{extra}"
+    return crash_line(
+        crash_at=row.crash_at,
+        step=row.step,
+        journaled=row.finished_model_steps,
+        replay=row.replay_model_calls,
+        repeated=row.repeated_model_calls,
+        effects=row.emails,
+        reply_matches=row.reply_matches,
+        told_possibly_ran=row.told_possibly_ran,
+        crashed=row.crashed,
     )
 
 

@@ -44,6 +44,8 @@ from world_examples.demo import (
     _run_worker,
     _Screen,
     _world_lines,
+    crash_header,
+    crash_line,
 )
 from world_examples.inbox import Inbox
 
@@ -126,20 +128,20 @@ async def _crash_point(
     )
 
 
-_HEADER = (
-    f"{'crash at':<14}{'step':<18}{'journaled':>10}{'replay':>8}{'repeated':>10}"
-    f"{'emails':>8}  reply"
-)
+_HEADER = crash_header()
 
 
 def _row(row: OpenAIAgentsRow) -> str:
-    reply = "identical" if row.reply_matches else "DIFFERENT"
-    mark = " *" if row.told_possibly_ran else ""
-    extra = "" if row.crashed else "  (did not crash)"
-    return (
-        f"{row.crash_at:<14}{row.step:<18}{row.finished_model_steps:>10}"
-        f"{row.replay_model_calls:>8}{row.repeated_model_calls:>10}{row.effects:>8}"
-        f"  {reply}{mark}{extra}"
+    return crash_line(
+        crash_at=row.crash_at,
+        step=row.step,
+        journaled=row.finished_model_steps,
+        replay=row.replay_model_calls,
+        repeated=row.repeated_model_calls,
+        effects=row.effects,
+        reply_matches=row.reply_matches,
+        told_possibly_ran=row.told_possibly_ran,
+        crashed=row.crashed,
     )
 
 

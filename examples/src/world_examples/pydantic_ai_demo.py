@@ -45,6 +45,8 @@ from world_examples.demo import (
     _WorkerExit,
     _world_arguments,
     _world_lines,
+    crash_header,
+    crash_line,
 )
 from world_examples.inbox import Inbox
 from world_examples.pydantic_ai_agent import MESSAGE, SEND_TIMEOUT
@@ -237,20 +239,21 @@ async def _point(
     )
 
 
-_HEADER = (
-    f"{'crash at':<14}{'step':<18}{'journaled':>10}{'replay':>8}{'repeated':>10}"
-    f"{'effects':>9}  reply"
-)
+_HEADER = crash_header("effects")
 
 
 def _row(row: PydanticAIRow) -> str:
-    reply = "identical" if row.reply_matches else "DIFFERENT"
-    mark = " *" if row.told_possibly_ran else ""
-    extra = "" if row.crashed else "  (did not crash)"
-    return (
-        f"{row.crash_at:<14}{row.step:<18}{row.journaled_model_calls:>10}"
-        f"{row.replay_model_calls:>8}{row.repeated_model_calls:>10}{row.effects:>9}"
-        f"  {reply}{mark}{extra}"
+    return crash_line(
+        crash_at=row.crash_at,
+        step=row.step,
+        journaled=row.journaled_model_calls,
+        replay=row.replay_model_calls,
+        repeated=row.repeated_model_calls,
+        effects=row.effects,
+        reply_matches=row.reply_matches,
+        told_possibly_ran=row.told_possibly_ran,
+        crashed=row.crashed,
+        effects_label="effects",
     )
 
 
