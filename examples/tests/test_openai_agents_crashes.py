@@ -122,6 +122,7 @@ async def crash_point(world: World, inbox: Inbox, crash_at: str) -> dict[str, An
         world,
         queue,
         first,
+        # why: the crash moment is a plain str here, one of CrashPoint's two literals
         CrashPoint(int(step), when, in_process=True),  # type: ignore[arg-type]
     )
     finished = first.digests[: await _model_outcomes(world, session)]
@@ -222,6 +223,7 @@ async def approval_turn(
         crash = None
         if pending:
             step, _, when = pending[0].partition(":")
+            # why: the crash moment is a plain str here, one of CrashPoint's two literals
             crash = CrashPoint(int(step), when, in_process=True)  # type: ignore[arg-type]
         result = await _run(world, queue, PolicyModel(), crash, needs_approval=True)
         status = result.status if isinstance(result, TurnResult) else str(result)

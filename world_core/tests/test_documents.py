@@ -304,6 +304,7 @@ async def test_a_crash_around_an_editing_step_leaves_the_document_of_a_clean_run
 
     clean = await docs_after(None, "clean")
     assert clean == (4, Todo(items=["start", "a", "b", "c"]))
+    # why: the crash moment is a plain str here, one of CrashPoint's two literals
     crashed = await docs_after(CrashPoint(1, when, in_process=True), "crashed")  # type: ignore[arg-type]
     if replay == "never":
         # the interrupted never call is not run again, and its edit was never committed
@@ -374,6 +375,7 @@ async def test_an_older_schema_is_migrated_and_a_newer_one_refused(world: World)
     await docs.put("s", "todo", Todo(items=["a"]))
     assert await docs.get("s", "todo", TodoV2) == TodoV2(entries=[{"text": "a", "done": False}])
     await docs.update("s", "todo", TodoV2, lambda t: TodoV2(entries=[*(t or TodoV2()).entries]))
+    # why: the event was written just above, so get() finds it
     stored = json.loads((await world.log.get(LOG, "doc/todo/v/2")).data)  # type: ignore[union-attr]
     assert (stored["schema"], stored["base"]) == (2, 2)  # a new schema starts a new base
     with pytest.raises(

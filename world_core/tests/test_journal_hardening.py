@@ -505,6 +505,7 @@ async def test_values_above_the_blob_threshold_are_stored_as_blobs(world: World)
     assert [set(_body(event.data)) for event in outside] == [{"t", "name", "blob"}]
     large = _body(events["doc/notes/v/1"].data)
     assert "value" in large  # 2000 bytes: inline (the documents keep 64 KiB inline)
+    # why: the event was written just above, so get() finds it
     assert set(_body((await world.log.get(LOG, "doc/large/v/1")).data)["blob"]) == {  # type: ignore[union-attr]
         "digest",
         "size",

@@ -128,6 +128,7 @@ async def test_bad_configs_are_refused_naming_what_to_pass(world: World) -> None
     with pytest.raises(InvalidArgumentError, match="limit"):
         _ = [t async for t in saver.alist(_thread("t"), limit=-1)]
     with pytest.raises(InvalidArgumentError, match="World"):
+        # why: the wrong type is the point: its refusal is tested
         WorldCheckpointSaver("local")  # type: ignore[arg-type]
 
 
@@ -325,12 +326,14 @@ async def test_durable_tool_refuses_bad_arguments_and_calls_outside_a_node(world
     def send() -> None: ...
 
     with pytest.raises(InvalidArgumentError, match="replay"):
+        # why: the wrong type is the point: its refusal is tested
         durable_tool(send, replay="sometimes", saver=saver)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="timeout"):
         durable_tool(send, replay="never", saver=saver, timeout=0)
     with pytest.raises(InvalidArgumentError, match="finite"):
         durable_tool(send, replay="never", saver=saver, timeout=float("inf"))
     with pytest.raises(InvalidArgumentError, match="saver"):
+        # why: the wrong type is the point: its refusal is tested
         durable_tool(send, replay="never", saver=world)  # type: ignore[arg-type]
     wrapped = durable_tool(send, replay="safe", saver=saver)
     with pytest.raises(RuntimeError, match="outside a LangGraph node"):

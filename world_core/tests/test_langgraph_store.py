@@ -170,4 +170,5 @@ async def test_the_store_refuses_what_it_cannot_keep(local: World) -> None:
     with pytest.raises(RuntimeError, match="event loop"):
         store.get(("users",), "k")  # on the loop's own thread
     with pytest.raises(InvalidArgumentError, match="World"):
+        # why: the wrong type is the point: its refusal is tested
         WorldStore("local")  # type: ignore[arg-type]

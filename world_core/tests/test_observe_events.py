@@ -250,6 +250,7 @@ async def test_bad_arguments_are_refused_at_the_call(world: World) -> None:
     with pytest.raises(InvalidArgumentError, match="timeout"):
         client.events("s", "t", timeout=0)
     with pytest.raises(InvalidArgumentError, match="observers"):
+        # why: the wrong type is the point: its refusal is tested
         Worker(world, build(), observers=[object()])  # type: ignore[list-item]
 
 

@@ -159,14 +159,17 @@ def anyio_backend() -> str:
 @pytest.mark.anyio
 async def test_session_refuses_bad_input(world: World) -> None:
     with pytest.raises(InvalidArgumentError, match="world must be an open World"):
+        # why: the wrong type is the point: its refusal is tested
         WorldSession("not a world", "s")  # type: ignore[arg-type]
     session = WorldSession(world, "bad")
     with pytest.raises(InvalidArgumentError, match="item 1 must be a JSON object"):
+        # why: the wrong type is the point: its refusal is tested
         await session.add_items([_item(1), "text"])  # type: ignore[list-item]
     with pytest.raises(InvalidArgumentError, match="item 0 is not JSON"):
         await session.add_items([cast(Any, {"role": "user", "content": float("nan")})])
     assert await world.log.tail(session.log_id) == 0  # nothing half written
     with pytest.raises(InvalidArgumentError, match="limit must be an int"):
+        # why: the wrong type is the point: its refusal is tested
         await session.get_items(limit="3")  # type: ignore[arg-type]
 
 
@@ -198,6 +201,7 @@ def test_durable_agent_requires_a_label_per_function_tool() -> None:
     with pytest.raises(InvalidArgumentError, match=r"replay=\{'send': \.\.\.\}"):
         DurableAgent(agent, replay={"lookup": "safe"})
     with pytest.raises(InvalidArgumentError, match="replay must be 'safe'"):
+        # why: the wrong type is the point: its refusal is tested
         DurableAgent(agent, replay={"lookup": "safe", "send": "once"})  # type: ignore[dict-item]
     with pytest.raises(InvalidArgumentError, match="no function tool named 'mail'"):
         DurableAgent(agent, replay={"lookup": "safe", "send": "never", "mail": "never"})

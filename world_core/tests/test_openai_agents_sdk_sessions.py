@@ -769,6 +769,7 @@ async def test_session_add_items_exception_propagates_in_streamed():
     async def _failing_add_items(_items):
         raise RuntimeError("Simulated session.add_items failure")
 
+    # why: a fault injected into this one object
     session.add_items = _failing_add_items  # type: ignore[method-assign]
 
     model = ScriptedModel()

@@ -232,6 +232,7 @@ class _CrashMatrix:
             session = f"crash-{index}"
             await client.submit(session, MESSAGE, turn_id=TURN)
             step, when = point.split(":")
+            # why: the crash moment is a plain str here, one of CrashPoint's two literals
             crash = CrashPoint(int(step), when, in_process=True)  # type: ignore[arg-type]
             first = Scripted()
             with pytest.raises(SimulatedCrash):
@@ -520,6 +521,7 @@ async def test_tokens_are_checked(local: World) -> None:
         await resolve_event(client, "world1.%%%", {}, sender="ada")
     token = event_token("s", "pydantic-ai/1/x")
     with pytest.raises(InvalidArgumentError, match="reason must be a str"):
+        # why: the wrong type is the point: its refusal is tested
         await fail_event(client, token, 3, sender="ada")  # type: ignore[arg-type]
 
 

@@ -234,6 +234,7 @@ async def test_deep_recursion_is_stopped_with_a_clear_error() -> None:
 )
 def test_bad_limits_are_refused(setting: str, value: object) -> None:
     with pytest.raises(InvalidArgumentError, match=f"ShellLimits.{setting}"):
+        # why: the wrong type is the point: its refusal is tested
         ShellLimits(**{setting: value})  # type: ignore[arg-type]
 
 
@@ -243,6 +244,7 @@ def test_bad_limits_are_refused(setting: str, value: object) -> None:
 )
 def test_bad_trees_are_refused(files: dict[str, object]) -> None:
     with pytest.raises(InvalidArgumentError):
+        # why: the wrong type is the point: its refusal is tested
         Tree(files=files)  # type: ignore[arg-type]
 
 
@@ -254,8 +256,10 @@ async def test_a_snapshot_or_a_mapping_is_a_tree_too() -> None:
     from_mapping = await default_shell().run("cat f", {"f": b"y"})
     assert from_mapping.stdout == "y"
     with pytest.raises(InvalidArgumentError, match="Snapshot"):
+        # why: the wrong type is the point: its refusal is tested
         Tree.of(42)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="ShellLimits"):
+        # why: the wrong type is the point: its refusal is tested
         await default_shell().run("true", START, {"timeout": 1})  # type: ignore[arg-type]
 
 
@@ -268,6 +272,7 @@ async def test_bad_scripts_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="NUL"):
         await run("echo \x00")
     with pytest.raises(InvalidArgumentError, match="str"):
+        # why: the wrong type is the point: its refusal is tested
         await default_shell().run(b"echo", START)  # type: ignore[arg-type]
 
 

@@ -116,6 +116,7 @@ async def test_a_crash_at_any_step_ends_with_the_clean_runs_tree(
         await journal.finish("done")
         clean_files = await _files(clean)
     async with open_world("local", url=str(tmp_path / "crash"), namespace="sh") as world:
+        # why: the crash moment is a plain str here, one of CrashPoint's two literals
         crash = CrashPoint(step, when, in_process=True)  # type: ignore[arg-type]
         dying = await _turn(world, crash=crash)
         with pytest.raises(SimulatedCrash):
@@ -217,10 +218,13 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match=r"ShellLimits\.timeout"):
         bash_tool(limits=ShellLimits(timeout=20), timeout=5)
     with pytest.raises(InvalidArgumentError, match="limits"):
+        # why: the wrong type is the point: its refusal is tested
         bash_tool(limits={"timeout": 1})  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="virtual"):
+        # why: the wrong type is the point: its refusal is tested
         bash_tool(workspace="/tmp")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="Shell"):
+        # why: the wrong type is the point: its refusal is tested
         bash_tool(shell=object())  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="tool name"):
         bash_tool(name="no spaces")

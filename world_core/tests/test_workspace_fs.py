@@ -727,6 +727,7 @@ async def test_a_sync_tool_that_forgets_blocking_is_refused_not_silently_dropped
 ) -> None:
     def forgetful(label: str, context: ToolContext) -> str:
         """Calls the async method from its worker thread: the coroutine would never run."""
+        # why: the mistake under test: the coroutine is never awaited
         _fs(context).write("lost.txt", label)  # type: ignore[unused-coroutine]
         return "written"
 

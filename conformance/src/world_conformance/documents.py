@@ -191,6 +191,7 @@ class DocumentsContract(ContractBase):
             await journal.finish("done")
 
         results = []
+        # why: the crash moment is a plain str here, one of CrashPoint's two literals
         for session, crash in (("clean", None), ("crashed", CrashPoint(1, when, in_process=True))):  # type: ignore[arg-type]
             await Client(world).submit(session, "go", turn_id="t")
             await docs.put(session, "todo", _Todo(items=["start"]))

@@ -58,6 +58,7 @@ TurnEventType = Literal[
     "failed",
     "gap",
 ]
+# why: the members of a Literal type: typing has no public accessor
 EVENT_TYPES: tuple[str, ...] = TurnEventType.__args__  # type: ignore[attr-defined]
 
 END_EVENTS = frozenset({"reply", "failed"})
