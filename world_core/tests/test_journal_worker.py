@@ -9,7 +9,9 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -27,7 +29,7 @@ from world_core import (
     open_world,
     tool,
 )
-from world_core.errors import InvalidArgumentError
+from world_core.errors import BackendUnavailableError, InvalidArgumentError
 
 pytestmark = pytest.mark.anyio
 
@@ -268,3 +270,30 @@ async def test_sigterm_stops_an_idle_worker(folder: str, tmp_path: Path) -> None
     process = _worker_process(folder, tmp_path)
     await _stop(process, tmp_path, ready=lambda: "waiting for turns" in _stderr(tmp_path))
     assert not (tmp_path / "inside").exists()
+
+
+async def test_run_retries_a_claim_the_store_could_not_answer(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim failing with BackendUnavailableError (a store restarting, a full connection
+    pool) is retried after a second; before, it left ``run`` wrapped in an ExceptionGroup."""
+    claim = world.queue.claim
+    failures: list[int] = []
+
+    async def flaky_claim(*args: Any, **kwargs: Any) -> list[Lease]:
+        if not failures:
+            failures.append(1)
+            raise BackendUnavailableError("the store is restarting")
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(world.queue, "claim", flaky_claim)
+    client = Client(world)
+    await client.submit("s", "hi", turn_id="t1")
+    stop = anyio.Event()
+    worker = Worker(world, echo_agent(), crash=None)
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(worker.run, stop=stop, signals=False))
+            assert await client.wait("s", "t1", timeout=WAIT) == "echo"
+            stop.set()
+    assert failures == [1]

@@ -284,21 +284,28 @@ class Worker:
             while not stop.is_set():
                 received = 0.0
                 leases: list[Lease] = []
-                try:
-                    async with anyio.create_task_group() as claiming:
+                unavailable: BackendUnavailableError | None = None
+                async with anyio.create_task_group() as claiming:
 
-                        async def cancel_on_stop(scope: anyio.CancelScope) -> None:
-                            await stop.wait()
-                            scope.cancel()
+                    async def cancel_on_stop(scope: anyio.CancelScope) -> None:
+                        await stop.wait()
+                        scope.cancel()
 
-                        claiming.start_soon(cancel_on_stop, claiming.cancel_scope)
+                    claiming.start_soon(cancel_on_stop, claiming.cancel_scope)
+                    # Caught in here: leaving the task group, it would come out wrapped in an
+                    # ExceptionGroup and end the loop instead of being retried.
+                    try:
                         leases = await self.world.queue.claim(
                             self.queue, self.name, lease=self.lease, wait=1.0
                         )
-                        received = time.monotonic()
-                        claiming.cancel_scope.cancel()
-                except BackendUnavailableError as exc:
-                    log.warning("claiming from %r failed: %s; retrying in 1 s", self.queue, exc)
+                    except BackendUnavailableError as exc:
+                        unavailable = exc
+                    received = time.monotonic()
+                    claiming.cancel_scope.cancel()
+                if unavailable is not None:
+                    log.warning(
+                        "claiming from %r failed: %s; retrying in 1 s", self.queue, unavailable
+                    )
                     with anyio.move_on_after(1.0):
                         await stop.wait()
                     continue
