@@ -198,6 +198,12 @@ def main() -> int:
                 )
                 _pg_admin(args.postgres_url, f'CREATE DATABASE "{database}"')
                 report("postgres", "dbos", {"step": dbos(f"{base}/{database}", args.rounds)})
+                # Absurd (absurd-sdk): spawn, claim, N checkpointed steps, complete; in a
+                # temporary database of its own (benchmarks/_absurd_peer.py says why that way).
+                from _absurd_peer import absurd_medians
+
+                absurd = anyio.run(absurd_medians, args.postgres_url, args.rounds, SIZES)
+                report("postgres", "absurd", {"step": absurd})
             finally:
                 _pg_admin(args.postgres_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         else:
