@@ -39,6 +39,7 @@ from typing import Protocol, cast
 
 import anyio
 import libsql
+from _world_rows import drain, write_to_read
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from world_core import NewEvent
@@ -161,28 +162,7 @@ async def bench_appends(world: TursoWorld, path: Path, count: int) -> list[dict[
 
 
 async def bench_queue(world: TursoWorld, messages: int, workers: int) -> dict[str, object]:
-    queue = f"q{workers}"
-    for i in range(messages):
-        await world.queue.enqueue(queue, i.to_bytes(4, "big"))
-    done = 0
-
-    async def worker(name: str) -> None:
-        nonlocal done
-        while True:
-            leases = await world.queue.claim(queue, name, lease=60)
-            if not leases:
-                return
-            for lease in leases:
-                await world.queue.ack(lease)
-                done += 1
-
-    start = time.perf_counter()
-    with anyio.fail_after(120):
-        async with anyio.create_task_group() as tg:
-            for n in range(workers):
-                tg.start_soon(worker, f"w{n}")
-    elapsed = time.perf_counter() - start
-    assert done == messages, f"{done} of {messages} messages processed"
+    elapsed = await drain(world, f"q{workers}", messages, workers)
     return {
         "name": f"queue claim+ack, {workers} worker task(s)",
         "ops": messages,
@@ -250,27 +230,9 @@ async def bench_queue_processes(
 async def bench_stream(
     writer: TursoWorld, reader: TursoWorld, count: int, label: str
 ) -> dict[str, object]:
-    stream = f"s-{label}"
-    received = anyio.Event()
-    times: list[float] = []
-    sent_at = 0.0
-
-    async def read() -> None:
-        async for chunk in reader.stream.read(stream):
-            times.append(time.perf_counter() - sent_at)
-            received.set()
-            if chunk.index + 1 == count:
-                return
-
-    with anyio.fail_after(120):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read)
-            for i in range(count):
-                received = anyio.Event()
-                sent_at = time.perf_counter()
-                await writer.stream.write(stream, [i.to_bytes(4, "big")])
-                await received.wait()
-    return _stats(f"stream write->read, {label}", times)
+    return _stats(
+        f"stream write->read, {label}", await write_to_read(writer, reader, f"s-{label}", count)
+    )
 
 
 async def run(args: argparse.Namespace, folder: Path) -> list[dict[str, object]]:

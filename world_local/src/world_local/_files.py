@@ -47,6 +47,7 @@ MAGIC = b"WREC"
 TEMP_PREFIX = ".tmp-"
 _HEAD = struct.Struct("<4sII")
 _U32 = struct.Struct("<I")
+_to_json = json.JSONEncoder(separators=(",", ":")).encode  # made once: dumps() makes one a call
 
 Blob = tuple[int, bytes]
 """A blob as read back: its offset in the file and its bytes."""
@@ -64,7 +65,7 @@ class DamagedStoreError(Exception):
 
 def encode_frame(meta: dict[str, Any], blobs: Sequence[bytes] = ()) -> bytes:
     """One frame holding ``meta`` and ``blobs``."""
-    text = json.dumps({**meta, "sizes": [len(b) for b in blobs]}, separators=(",", ":"))
+    text = _to_json({**meta, "sizes": [len(b) for b in blobs]})
     raw = text.encode("utf-8")
     body = b"".join([_U32.pack(len(raw)), raw, *blobs])
     return _HEAD.pack(MAGIC, len(body), zlib.crc32(body)) + body
@@ -97,6 +98,12 @@ def read_frame(fd: int, offset: int) -> tuple[int, dict[str, Any], list[Blob]] |
     body = read_exact(fd, length, start)
     if len(body) < length or zlib.crc32(body) != crc:
         return None
+    meta, blobs = _parse_body(body, start)
+    return start + length, meta, blobs
+
+
+def _parse_body(body: bytes, start: int) -> tuple[dict[str, Any], list[Blob]]:
+    """The meta and blobs of a whole frame's body that begins at offset ``start``."""
     (meta_len,) = _U32.unpack_from(body)
     meta: dict[str, Any] = json.loads(body[4 : 4 + meta_len])
     blobs: list[Blob] = []
@@ -104,7 +111,7 @@ def read_frame(fd: int, offset: int) -> tuple[int, dict[str, Any], list[Blob]] |
     for size in meta.pop("sizes"):
         blobs.append((start + pos, body[pos : pos + size]))
         pos += size
-    return start + length, meta, blobs
+    return meta, blobs
 
 
 def fsync_dir(path: Path) -> None:
@@ -261,7 +268,12 @@ class FoldedFile:
         # If fsync fails the frame stays: it is whole, and readers may already have seen it.
         # The caller gets BackendUnavailableError, which says the outcome is unknown.
         os.fsync(fd)
-        self._sync(fd)
+        # Folded from the bytes in hand, not read back: under the lock, with the state synced
+        # by writing(), this frame is the only one after self.end, in the same inode.
+        start = self.end + _HEAD.size
+        meta, blobs = _parse_body(frame[_HEAD.size :], start)
+        self.end = start + len(frame) - _HEAD.size
+        self.apply(meta, blobs)
 
     def replace(self, frames: Sequence[bytes]) -> None:
         """Atomically swap the file for a new one (new uuid) holding ``frames`` after a header.

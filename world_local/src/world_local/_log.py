@@ -105,6 +105,22 @@ class LocalLog(Log):
         messages: Sequence[OutboxMessage] = (),
     ) -> int:
         validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
+        tail, queues = await self._space.run(
+            partial(self._write, log_id, events, expect_tail, status, messages), creates=True
+        )
+        self._changed(log_id, queues)
+        return tail
+
+    def _write(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        expect_tail: int | None,
+        status: str | None,
+        messages: Sequence[OutboxMessage],
+    ) -> tuple[int, list[str]]:
+        """The file work of :meth:`append` (arguments validated): the new tail and the queues
+        that received messages. Blocking: runs in a worker thread."""
         meta: dict[str, Any] = {"keys": [event.key for event in events]}
         if status is not None:
             meta["status"] = status
@@ -131,12 +147,11 @@ class LocalLog(Log):
             if messages:
                 meta["outbox"] = outbox.begin(space, file, messages)
             file.commit(fd, encode_frame(meta, [event.data for event in events]))
-            queues += outbox.finish(space, file, fd)
+            if messages:  # without, there is no intent: the one a crash left went first
+                queues += outbox.finish(space, file, fd)
             return file.tail, queues
 
-        tail, queues = await space.run(lambda: file.writing(work), creates=True)
-        self._changed(log_id, queues)
-        return tail
+        return file.writing(work)
 
     def _changed(self, log_id: str, queues: list[str]) -> None:
         self._space.changed(LogFile.kind, log_id)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from world_core.spi import OutboxMessage
@@ -33,8 +32,9 @@ __all__ = ["FOLDER", "begin", "finish", "pending_logs"]
 FOLDER = "outbox"
 
 
-def _path(space: Space, log: FoldedFile) -> Path:
-    return space.folder / FOLDER / log.path.name
+def _path(space: Space, log: FoldedFile) -> str:
+    # A plain string: finish() runs before every append, and a Path costs more than its open.
+    return os.path.join(space.folder, FOLDER, log.path.name)
 
 
 def begin(space: Space, log: FoldedFile, messages: Sequence[OutboxMessage]) -> list[str]:
@@ -92,8 +92,8 @@ def finish(space: Space, log: FoldedFile, fd: int | None) -> list[str]:
         for name in sorted(by_queue):
             _deliver(space.file(QueueFile, name), by_queue[name])
             queues.append(name)
-    path.unlink()
-    fsync_dir(path.parent)
+    os.unlink(path)
+    fsync_dir(space.folder / FOLDER)
     return queues
 
 

@@ -1,0 +1,252 @@
+"""Benchmark of the local (files) World against its floor, a raw append + fsync (not a test).
+
+    uv run python benchmarks/bench_local.py [--appends N] [--messages M] [--chunks K]
+                                            [--folder DIR] [--quick] [--json]
+
+Everything runs in one temporary folder (``--folder``: a folder to make it in, on the disk to
+measure; the system's temporary folder by default), removed at the end. One run prints a table
+and one JSON line:
+
+* append: ``Log.append`` of one 256-byte event against the floor: ``os.write`` of the same
+  256 bytes to a file opened once with ``O_APPEND``, then ``os.fsync``, on the caller's thread.
+  That is the durability the World promises for an append (the frame is fsynced before
+  ``append`` returns; a directory is fsynced only when a file is created). Samples are
+  interleaved (floor, append, floor, ...) so drift on a shared machine hits both alike; the
+  first 20 of each pair warm up.
+* what remains, in two more interleaved phases, each with a floor of its own:
+
+  - ``file work``: the World's file work for that append (``LocalLog._write``: mutex, open,
+    flock, path check, header and tail read, frame encode, write, fsync, fold), called on
+    the caller's thread. Its ratio is what the file format and locking add to write + fsync.
+  - ``floor in a worker thread``: the floor itself through ``anyio.to_thread.run_sync``, as
+    the World runs its file work (an fsync must not stall the event loop). Its ratio is the
+    thread hop's part, which the fsync makes costlier than an idle hop: the event loop sleeps
+    in epoll meanwhile and must be woken, on a loaded machine behind other processes.
+
+  What the append adds beyond these (validation, the ``NewEvent``, the wake-up of this
+  process's watchers) is the rest of its ratio.
+* queue: messages per second through enqueue, then claim + ack until empty, with 1 and 8
+  worker tasks on one World.
+* stream: latency from the start of a 4-byte ``Stream.write`` to a reader on the same World
+  (another task, woken in-process) yielding the chunk.
+
+Timings on a shared machine are noisy: compare the rows of one run, not runs. Bounded: a few
+seconds with ``--quick``, about half a minute with the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from _world_rows import drain, write_to_read
+
+from world_core import NewEvent
+from world_local import LocalWorld, connect
+from world_local._log import LocalLog
+
+PAYLOAD = b"e" * 256
+WARMUP = 20
+
+Row = dict[str, Any]
+
+
+@dataclass
+class Sample:
+    """Per-call seconds: wall clock, and CPU time of this process (all its threads)."""
+
+    wall: list[float]
+    cpu: list[float]
+
+
+def _ms(seconds: list[float], q: float = 0.5) -> float:
+    ordered = sorted(seconds)
+    if q == 0.5:
+        return statistics.median(ordered) * 1e3
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+
+class Floor:
+    """A raw append: the same bytes, written to a file opened once, then fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def op(self) -> None:
+        os.write(self.fd, PAYLOAD)
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+async def _pairs(
+    count: int, floor: Callable[[], Awaitable[None]], other: Callable[[], Awaitable[None]]
+) -> tuple[Sample, Sample]:
+    """``count`` interleaved samples of (floor, other), after WARMUP pairs not kept."""
+    floors = Sample([], [])
+    others = Sample([], [])
+    for i in range(WARMUP + count):
+        t0, c0 = time.perf_counter(), time.process_time()
+        await floor()
+        t1, c1 = time.perf_counter(), time.process_time()
+        await other()
+        t2, c2 = time.perf_counter(), time.process_time()
+        if i >= WARMUP:
+            floors.wall.append(t1 - t0)
+            floors.cpu.append(c1 - c0)
+            others.wall.append(t2 - t1)
+            others.cpu.append(c2 - c1)
+    return floors, others
+
+
+def _pair_rows(name: str, floor_name: str, floor: Sample, other: Sample) -> list[Row]:
+    def row(name: str, sample: Sample) -> Row:
+        return {
+            "name": name,
+            "ops": len(sample.wall),
+            "p50_ms": _ms(sample.wall),
+            "p99_ms": _ms(sample.wall, 0.99),
+            "cpu_us": statistics.fmean(sample.cpu) * 1e6,
+        }
+
+    ratio = statistics.median(other.wall) / statistics.median(floor.wall)
+    return [row(floor_name, floor), {**row(name, other), "ratio_p50": ratio}]
+
+
+async def bench_append(world: LocalWorld, folder: Path, count: int) -> list[Row]:
+    log = world.log
+    assert isinstance(log, LocalLog)
+    floor = Floor(folder / "floor")
+    event = [NewEvent(data=PAYLOAD)]
+
+    async def raw() -> None:
+        floor.op()
+
+    async def append() -> None:
+        await log.append("bench", event)
+
+    async def file_work() -> None:
+        log._write("bench", event, None, None, ())
+
+    async def raw_in_thread() -> None:
+        await anyio.to_thread.run_sync(floor.op)
+
+    try:
+        rows = _pair_rows(
+            "append (1 event of 256 B)",
+            "floor: os.write + fsync",
+            *await _pairs(count, raw, append),
+        )
+        rows += _pair_rows(
+            "what remains: file work, caller's thread",
+            "floor (phase 2)",
+            *await _pairs(count, raw, file_work),
+        )
+        rows += _pair_rows(
+            "what remains: the floor in a worker thread",
+            "floor (phase 3)",
+            *await _pairs(count, raw, raw_in_thread),
+        )
+    finally:
+        floor.close()
+    return rows
+
+
+async def bench_queue(world: LocalWorld, messages: int, workers: int) -> Row:
+    elapsed = await drain(world, f"q{workers}", messages, workers)
+    return {
+        "name": f"queue claim+ack, {workers} worker task(s)",
+        "ops": messages,
+        "ops_per_s": messages / elapsed,
+    }
+
+
+async def bench_stream(world: LocalWorld, count: int) -> Row:
+    times = await write_to_read(world, world, "latency", count)
+    return {
+        "name": "stream write->read, same World",
+        "ops": count,
+        "p50_ms": _ms(times),
+        "p99_ms": _ms(times, 0.99),
+    }
+
+
+async def run(args: argparse.Namespace, folder: Path) -> list[Row]:
+    async with await connect(url=str(folder / "world"), namespace="bench") as world:
+        await world.log.append("bench", [NewEvent(data=PAYLOAD)])  # folders and the file
+        rows = await bench_append(world, folder, args.appends)
+        for workers in (1, 8):
+            rows.append(await bench_queue(world, args.messages, workers))
+        rows.append(await bench_stream(world, args.chunks))
+        await world.purge()
+    return rows
+
+
+def _table(rows: list[Row]) -> str:
+    def cell(row: Row, key: str, spec: str) -> str:
+        value = row.get(key)
+        width = int(spec.split(".")[0])
+        return f"{'-':>{width}}" if value is None else format(value, spec)
+
+    header = (
+        f"| {'measurement':<42} | {'ops':>5} | {'p50 ms':>7} | {'p99 ms':>7} | {'ratio':>5} |"
+        f" {'CPU us':>6} | {'ops/s':>7} |"
+    )
+    lines = [header, "|" + "|".join("-" * len(part) for part in header.split("|")[1:-1]) + "|"]
+    for row in rows:
+        lines.append(
+            f"| {row['name']:<42} | {row['ops']:>5} | {cell(row, 'p50_ms', '7.3f')} |"
+            f" {cell(row, 'p99_ms', '7.3f')} | {cell(row, 'ratio_p50', '5.2f')} |"
+            f" {cell(row, 'cpu_us', '6.0f')} | {cell(row, 'ops_per_s', '7.0f')} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--appends", type=int, default=400, help="samples per append phase")
+    parser.add_argument("--messages", type=int, default=400, help="messages per queue run")
+    parser.add_argument("--chunks", type=int, default=200, help="chunks of the stream run")
+    parser.add_argument("--folder", default=None, help="where to make the temporary folder")
+    parser.add_argument("--json", action="store_true", help="the JSON indented, not on one line")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the work: a smoke run")
+    args = parser.parse_args()
+    for name in ("appends", "messages", "chunks"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, not {getattr(args, name)}")
+    if args.quick:
+        args.appends, args.messages, args.chunks = (
+            max(1, n // 10) for n in (args.appends, args.messages, args.chunks)
+        )
+    folder = Path(tempfile.mkdtemp(prefix="bench-local-", dir=args.folder))
+    load = os.getloadavg()
+    try:
+        started = time.perf_counter()
+        rows = anyio.run(run, args, folder)
+        elapsed = time.perf_counter() - started
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(
+        f"local World on {folder.parent}; Python {sys.version.split()[0]}; load average "
+        f"{load[0]:.2f} at the start; {elapsed:.1f} s in all"
+    )
+    print(_table(rows))
+    summary = {"load_average": load[0], "elapsed_s": elapsed, "rows": rows}
+    print(json.dumps(summary, indent=2) if args.json else json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
