@@ -1,8 +1,9 @@
 """Scale run: many agent sessions at one step a minute, simulated on one machine (not a test).
 
     .ci/with-servers uv run --group bench python benchmarks/bench_scale.py \
-        [--world local,postgres,redis,turso] [--sessions 1000,10000,50000] \
-        [--processes 2] [--per-process 250] [--duration 60] [--model-latency 0.5] [--json]
+        [--world local,postgres,redis,turso,mongo] [--sessions 1000,10000,50000] \
+        [--processes 2] [--per-process 0] [--duration 60] [--model-latency 0.5] \
+        [--out rows.json] [--json]
 
 The seed's back-of-envelope: 50,000 concurrent agent runs, each doing one step a minute, are
 about 830 steps/s and 1,700 appends/s. Here a turn is three steps (the model asks for a tool,
@@ -14,15 +15,24 @@ every three minutes: S active sessions offer S / 180 turns/s (278 turns/s, 833 s
   arrivals) with :class:`world_core.Client`;
 * ``--processes`` worker processes each run ``--per-process`` :class:`world_core.Worker` loops
   concurrently; the model is scripted and sleeps ``--model-latency`` seconds per call
-  (uniformly jittered +-50 %), as a hosted model would;
-* a probe appends one 256-byte event every 20 ms to a log of its own and times it: the store's
-  append latency under that load.
+  (uniformly jittered +-50 %), as a hosted model would. ``0`` (the default) sizes the loops to
+  the offered load: the turns in flight at that rate (two model calls each) with 50 % headroom,
+  at least 8 and at most 100 per process (more processes then: redis-py's pool of blocking
+  connections refuses a process's 101st waiting claim); more idle loops only add idle claims
+  (on Postgres every enqueue wakes each waiting loop);
+* a probe process of its own appends one 256-byte event every 20 ms to a log of its own and
+  times it: the store's append latency under that load, not slowed by the driver's loop.
 
 Reported per row: offered and sustained steps/s (turns finished within the window, times 3),
 append p50/p99 (probe), turn latency p50/p99 (submit to reply), the workers' resident memory
-at start and end, CPU seconds of workers / driver / server, and the limit hit first: the turn
-backlog grows (offered > sustained) while the workers' CPU is saturated (Python), the store's
-append latency explodes (the backend), or neither (the run kept up).
+at start and end, CPU (cores busy) of workers / driver / server and of the whole machine (the
+other users of a shared machine included), the load average, how late the driver submitted
+(its own lag: above 0.5 s the harness, not the World, is the limit), and the limit hit first:
+the turn backlog grows (offered > sustained) while the machine's CPU is saturated, the store's
+append latency explodes (the backend), or neither (the run kept up). ``--out`` rewrites a JSON
+file after every row, so a crash loses nothing. ``mongo`` (only when named; its URL from
+``--mongo-url`` or ``WORLD_TEST_MONGO_URL``, as ``.ci/with-servers`` sets it) is labelled
+``mongoeco``: the figures are those of mongoeco's wire server, not of MongoDB.
 
 ``--memory N`` instead runs N turns (no model latency) through one worker process, sampling
 its resident memory every N/10 turns: flat means no growth per turn or per session.
@@ -34,7 +44,9 @@ result, not the third digit.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import math
 import os
 import random
 import secrets
@@ -43,9 +55,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
+import tracemalloc
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -67,6 +80,7 @@ PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 STEPS_PER_TURN = 3
 QUEUE = "scale"
+LABELS = {"mongo": "mongoeco"}  # figures of mongoeco's wire server, not of MongoDB
 
 
 def lookup(topic: str) -> str:
@@ -122,11 +136,18 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def _server_pids(world: str) -> list[int]:
-    names = {"postgres": "postgres", "redis": "redis-server"}.get(world)
-    if names is None:
+def _server_pids(world: str, url: str) -> list[int]:
+    """The server's processes (none for the in-process local and turso): every ``postgres``
+    process; the ``redis-server`` or mongoeco process serving ``url``'s port."""
+    port = urlsplit(url).port
+    pattern = {
+        "postgres": ["-x", "postgres"],
+        "redis": ["-f", f"^redis-server .*:{port or 6379}( |$)"],
+        "mongo": ["-f", f"mongoeco_server.py .*--port {port or 27017}( |$)"],
+    }.get(world)
+    if pattern is None:
         return []
-    done = subprocess.run(["pgrep", "-x", names], capture_output=True, text=True, check=False)
+    done = subprocess.run(["pgrep", *pattern], capture_output=True, text=True, check=False)
     return [int(pid) for pid in done.stdout.split()]
 
 
@@ -165,26 +186,32 @@ async def worker_child(
 # --- driver ------------------------------------------------------------------------------------
 
 
-async def _probe(world: Any, until: float, samples: list[float]) -> None:
+async def probe_child(world: str, url: str, namespace: str, out: str) -> None:
+    """Append 256 bytes every 20 ms to a log of its own until the stop file appears; write the
+    latencies to ``out``. A process of its own, so a busy driver does not inflate them."""
+    samples: list[float] = []
     log = f"probe-{secrets.token_hex(4)}"
     data = secrets.token_bytes(256)
-    while time.monotonic() < until:
-        started = time.perf_counter()
-        await world.log.append(log, [NewEvent(data=data)])
-        samples.append(time.perf_counter() - started)
-        await anyio.sleep(0.02)
+    stop_file = anyio.Path(out + ".stop")
+    async with open_world(world, url=url, namespace=namespace) as opened:
+        await opened.log.append(log, [NewEvent(data=data)])  # connected and created: not timed
+        await anyio.Path(out + ".ready").touch()
+        while not await stop_file.exists():
+            started = time.perf_counter()
+            await opened.log.append(log, [NewEvent(data=data)])
+            samples.append(time.perf_counter() - started)
+            await anyio.sleep(0.02)
+    await anyio.Path(out).write_text(json.dumps(samples))
 
 
-def _start_workers(
-    args: argparse.Namespace, world: str, url: str, namespace: str, outs: list[str]
-) -> list[subprocess.Popen[bytes]]:
-    procs = []
-    for out in outs:
-        argv = [sys.executable, __file__, "--worker-child", world, url, namespace, out]
-        argv += ["--per-process", str(args.per_process)]
-        argv += ["--model-latency", str(args.model_latency)]
-        procs.append(subprocess.Popen(argv))
-    return procs
+def _child(
+    args: argparse.Namespace, role: str, world: str, url: str, namespace: str, out: str
+) -> subprocess.Popen[bytes]:
+    """A worker (``role="worker"``) or probe process for this row."""
+    argv = [sys.executable, __file__, f"--{role}-child", world, url, namespace, out]
+    argv += ["--per-process", str(args.per_process)]
+    argv += ["--model-latency", str(args.model_latency)]
+    return subprocess.Popen(argv)
 
 
 def _wait_all(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -203,51 +230,105 @@ def _pct(samples: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+MAX_LOOPS = 100
+"""Loops per process at most when sized to the load: redis-py's pool holds 100 connections for
+blocking calls, and each idle loop's claim waits on one (the 101st fails)."""
+
+
+def loops_for(offered_turns: float, latency: float, processes: int) -> tuple[int, int]:
+    """(processes, loops per process) for ``offered_turns`` turns/s: the turns in flight (two
+    model calls each, plus 0.3 s of store work) with 50 % headroom, at least 8 loops per
+    process, at most MAX_LOOPS (more processes then)."""
+    loops = max(8, math.ceil(offered_turns * (2 * latency + 0.3) * 1.5))
+    processes = max(processes, math.ceil(loops / MAX_LOOPS))
+    return processes, max(8, math.ceil(loops / processes))
+
+
+async def _wait_ready(outs: list[str], procs: list[subprocess.Popen[bytes]], world: str) -> None:
+    deadline = time.monotonic() + 60
+    while not all([await anyio.Path(out + ".ready").exists() for out in outs]):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"worker or probe processes did not start on {world}")
+        await anyio.sleep(0.1)
+
+
 async def run_row(args: argparse.Namespace, world: str, url: str, sessions: int) -> dict[str, Any]:
     """One World, one session count: the row of the table."""
     namespace = f"scale_{secrets.token_hex(4)}"
     folder = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     offered_turns = sessions / (60.0 * STEPS_PER_TURN)
+    row_args = argparse.Namespace(**vars(args))
+    if not args.per_process:
+        row_args.processes, row_args.per_process = loops_for(
+            offered_turns, args.model_latency, args.processes
+        )
     procs: list[subprocess.Popen[bytes]] = []
-    outs = [str(folder / f"worker-{n}.json") for n in range(args.processes)]
+    outs = [str(folder / f"worker-{n}.json") for n in range(row_args.processes)]
+    probe_out = str(folder / "probe.json")
+    load_start = os.getloadavg()
     try:
         async with open_world(world, url=url, namespace=namespace) as opened:
-            procs += _start_workers(args, world, url, namespace, outs)
-            deadline = time.monotonic() + 60
-            while not all([await anyio.Path(out + ".ready").exists() for out in outs]):
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    raise RuntimeError(f"worker processes did not start on {world}")
-                await anyio.sleep(0.1)
-            pids = [p.pid for p in procs]
+            procs += [_child(row_args, "worker", world, url, namespace, out) for out in outs]
+            await _wait_ready(outs, procs, world)
+            probe_proc = _child(row_args, "probe", world, url, namespace, probe_out)
+            procs.append(probe_proc)
+            await _wait_ready([probe_out], procs, world)
+            pids = [p.pid for p in procs[: row_args.processes]]
             rss_start = [_rss_kib(pid) for pid in pids]
-            server = _server_pids(world)
-            cpu0 = (_cpu_seconds(pids), time.process_time(), _cpu_seconds(server))
+            server = _server_pids(world, url)
+
+            def cpu_now() -> tuple[list[float], float, float, float, tuple[int, int]]:
+                per_worker = [_cpu_seconds([pid]) for pid in pids]
+                own = time.process_time()
+                return (
+                    per_worker,
+                    own,
+                    _cpu_seconds(server),
+                    _cpu_seconds([probe_proc.pid]),
+                    (_machine_ticks()),
+                )
+
+            cpu0 = cpu_now()
             client = Client(opened, queue=QUEUE)
             submitted: dict[tuple[str, str], float] = {}
-            probe: list[float] = []
+            submit_times: list[float] = []
+            lag: list[float] = []
             rng = random.Random(1)
             started = time.monotonic()
             wall_started = time.time()
             until = started + args.duration
             count = 0
+
+            async def submit(session: str, turn: str) -> None:
+                began = time.perf_counter()
+                await client.submit(session, "hello", turn_id=turn)
+                submit_times.append(time.perf_counter() - began)
+
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_probe, opened, until, probe)
                 next_at = started
                 while True:
                     next_at += rng.expovariate(offered_turns)
                     if next_at >= until:
                         break
                     await anyio.sleep(max(0.0, next_at - time.monotonic()))
+                    lag.append(time.monotonic() - next_at)
                     session = f"s{rng.randrange(sessions)}"
                     count += 1
                     turn = f"t{count}"
                     submitted[(session, turn)] = time.time()
-                    tg.start_soon(partial(client.submit, session, "hello", turn_id=turn))
+                    tg.start_soon(submit, session, turn)
             window_end = time.time()
-            # Let turns in flight finish (bounded), then stop the workers.
+            cpu1 = cpu_now()
+            # Let turns in flight finish (bounded), then stop the workers and the probe.
             await anyio.sleep(min(10.0, args.model_latency * 4 + 2))
-            cpu1 = (_cpu_seconds(pids), time.process_time(), _cpu_seconds(server))
-            for out in outs:
+            for out in [*outs, probe_out]:
                 await anyio.Path(out + ".stop").touch()
             await anyio.to_thread.run_sync(_wait_all, procs)
             done: list[tuple[str, str, float]] = []
@@ -256,109 +337,174 @@ async def run_row(args: argparse.Namespace, world: str, url: str, sessions: int)
                 report = json.loads(await anyio.Path(out).read_text())
                 done += [(s, t, end) for s, t, end in report["done"]]
                 rss_end.append(report["rss_kib"])
+            probe: list[float] = json.loads(await anyio.Path(probe_out).read_text())
             await opened.purge()
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
         shutil.rmtree(folder, ignore_errors=True)
+    load_end = os.getloadavg()
     latencies = [end - submitted[(s, t)] for s, t, end in done if (s, t) in submitted]
     # Completions in the window after a warm-up: in a steady state they come as fast as turns
     # arrive; a backlog shows as fewer.
     warm = wall_started + min(10.0, args.duration * 0.25)
     in_window = [end for s, t, end in done if warm <= end <= window_end]
-    elapsed = args.duration
+    elapsed = window_end - wall_started
     sustained = len(in_window) * STEPS_PER_TURN / max(1e-9, window_end - warm)
     offered = offered_turns * STEPS_PER_TURN
-    worker_cpu = (cpu1[0] - cpu0[0]) / elapsed
+    per_worker = [(b - a) / elapsed for a, b in zip(cpu0[0], cpu1[0], strict=True)]
+    worker_cpu = sum(per_worker)
+    driver_cpu = (cpu1[1] - cpu0[1]) / elapsed
     server_cpu = (cpu1[2] - cpu0[2]) / elapsed
+    probe_cpu = (cpu1[3] - cpu0[3]) / elapsed
+    busy = cpu1[4][0] - cpu0[4][0]
+    machine_cpu = busy / max(1, cpu1[4][1] - cpu0[4][1]) * (os.cpu_count() or 1)
+    others_cpu = max(0.0, machine_cpu - worker_cpu - driver_cpu - server_cpu - probe_cpu)
     append_p99 = _pct(probe, 0.99)
+    lag_p99 = _pct(lag, 0.99) or 0.0
+    cores = os.cpu_count() or 1
+    cpu_note = (
+        f"workers {worker_cpu:.2f}, server {server_cpu:.2f}, driver {driver_cpu:.2f}, "
+        f"others {others_cpu:.2f} of {cores} cores"
+    )
     if sustained >= 0.9 * offered and len(done) >= 0.98 * count:
         limit = "kept up"
+    elif lag_p99 > 0.5 or driver_cpu > 0.9:
+        limit = f"harness: the driver fell behind (lag p99 {lag_p99:.2f} s; {cpu_note})"
     elif append_p99 is not None and append_p99 > 0.25:
-        limit = "store: append p99 over 250 ms"
-    elif worker_cpu + server_cpu + (cpu1[1] - cpu0[1]) / elapsed > 1.7:
-        limit = f"CPU (2 cores): workers {worker_cpu:.0%}, server {server_cpu:.0%}"
-    elif offered_turns > 0.9 * args.processes * args.per_process / max(
+        limit = f"store: append p99 over 250 ms ({cpu_note})"
+    elif machine_cpu > 0.9 * cores:
+        limit = f"CPU saturated ({cpu_note})"
+    elif offered_turns > 0.9 * row_args.processes * row_args.per_process / max(
         0.01, 2 * args.model_latency
     ):
         limit = "worker loops busy with model calls (raise --per-process)"
     else:
-        limit = "small backlog, no clear cause (a longer --duration tells)"
+        limit = f"backlog, no clear cause ({cpu_note})"
     return {
         "world": world,
+        "label": LABELS.get(world, world),
         "sessions": sessions,
+        "processes": row_args.processes,
+        "loops_per_process": row_args.per_process,
         "offered_steps_per_s": round(offered, 1),
         "sustained_steps_per_s": round(sustained, 1),
         "turns_submitted": count,
         "turns_finished": len(done),
         "append_p50_ms": ms(_pct(probe, 0.5)),
         "append_p99_ms": ms(append_p99),
+        "probe_appends": len(probe),
         "turn_p50_ms": ms(_pct(latencies, 0.5)),
         "turn_p99_ms": ms(_pct(latencies, 0.99)),
+        "submit_p50_ms": ms(_pct(submit_times, 0.5)),
+        "submit_p99_ms": ms(_pct(submit_times, 0.99)),
+        "driver_lag_p99_ms": ms(lag_p99),
         "worker_rss_mib_start": round(sum(rss_start) / 1024, 1),
         "worker_rss_mib_end": round(sum(rss_end) / 1024, 1),
         "worker_cpu": round(worker_cpu, 2),
+        "worker_cpu_per_process": [round(c, 2) for c in per_worker],
+        "driver_cpu": round(driver_cpu, 2),
         "server_cpu": round(server_cpu, 2),
+        "probe_cpu": round(probe_cpu, 2),
+        "machine_cpu": round(machine_cpu, 2),
+        "others_cpu": round(others_cpu, 2),
+        "loadavg_start": [round(v, 2) for v in load_start],
+        "loadavg_end": [round(v, 2) for v in load_end],
         "limit": limit,
     }
 
 
-async def memory_run(world: str, url: str, turns: int) -> dict[str, Any]:
-    """``turns`` turns (instant model) through one Worker in this process; RSS every tenth."""
+async def memory_run(
+    world: str, url: str, turns: int, sessions: int = 0, trace: bool = False
+) -> dict[str, Any]:
+    """``turns`` turns (instant model) through one Worker in this process (its Client too);
+    RSS every tenth. ``sessions`` 0: a new session per turn (growth per session shows);
+    else the turns cycle over that many sessions (growth per turn of a session shows).
+    ``trace``: tracemalloc's top growth between the first sample and the last (slow)."""
     namespace = f"scale_mem_{secrets.token_hex(4)}"
     samples: list[dict[str, int]] = []
     agent = Agent(
         model=_SlowModel(0.0, random.Random(0)), tools=ToolRegistry([tool(lookup, replay="safe")])
     )
+    if trace:
+        tracemalloc.start(8)
+    first_snapshot: tracemalloc.Snapshot | None = None
+    top: list[str] = []
     async with open_world(world, url=url, namespace=namespace) as opened:
         client = Client(opened, queue=QUEUE)
         worker = Worker(opened, agent, queue=QUEUE, name="mem", crash=None)
         step = max(1, turns // 10)
         try:
             for n in range(turns):
-                await client.submit(f"m{n}", "hello", turn_id="t1")
+                session = f"m{n % sessions if sessions else n}"
+                await client.submit(session, "hello", turn_id=f"t{n}")
                 result = await worker.run_once(wait=5.0)
                 if result is None or result.status != "done":
                     raise RuntimeError(f"turn {n} did not finish on {world}: {result}")
                 if (n + 1) % step == 0:
+                    gc.collect()
                     samples.append({"turns": n + 1, "rss_kib": _rss_kib(os.getpid())})
+                    print(f"    {n + 1} turns: RSS {samples[-1]['rss_kib']} KiB", file=sys.stderr)
+                    if trace and first_snapshot is None:
+                        first_snapshot = tracemalloc.take_snapshot()
         finally:
             await opened.purge()
+    if trace and first_snapshot is not None:
+        diff = tracemalloc.take_snapshot().compare_to(first_snapshot, "traceback")
+        for d in diff[:8]:
+            where = " <- ".join(str(frame) for frame in reversed(d.traceback))  # newest first
+            top.append(f"{d.size_diff:+} B {d.count_diff:+} blocks at {where}")
+        tracemalloc.stop()
     first, last = samples[0]["rss_kib"], samples[-1]["rss_kib"]
     return {
         "world": world,
         "turns": turns,
-        "sessions": turns,
+        "sessions": sessions or turns,
         "rss_mib": [round(s["rss_kib"] / 1024, 1) for s in samples],
         "growth_mib": round((last - first) / 1024, 1),
         "growth_kib_per_1000_turns": round((last - first) / max(1, turns - step) * 1000, 1),
+        "tracemalloc_top": top,
+        "loadavg": [round(v, 2) for v in os.getloadavg()],
     }
 
 
 def _urls(args: argparse.Namespace, folder: Path) -> dict[str, str]:
-    return {
+    urls = {
         "local": str(folder / "local"),
         "postgres": args.postgres_url,
         "redis": args.redis_url,
         "turso": f"file:{folder / 'turso.db'}",
     }
+    if args.mongo_url:
+        urls["mongo"] = args.mongo_url
+    return urls
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     head = (
-        f"{'world':<9}{'sessions':>9}{'offered/s':>10}{'steps/s':>9}{'append p50':>11}"
-        f"{'p99':>8}{'turn p50':>10}{'p99':>9}{'RSS MiB':>13}  limit"
+        f"{'world':<9}{'sessions':>9}{'loops':>6}{'offered/s':>10}{'steps/s':>9}"
+        f"{'append p50':>11}{'p99':>8}{'turn p50':>10}{'p99':>9}{'RSS MiB':>13}{'load':>6}  limit"
     )
     print(head)
     for r in rows:
+        loops = r["processes"] * r["loops_per_process"]
         print(
-            f"{r['world']:<9}{r['sessions']:>9}{r['offered_steps_per_s']:>10}"
+            f"{r['label']:<9}{r['sessions']:>9}{loops:>6}{r['offered_steps_per_s']:>10}"
             f"{r['sustained_steps_per_s']:>9}{r['append_p50_ms']!s:>11}{r['append_p99_ms']!s:>8}"
             f"{r['turn_p50_ms']!s:>10}{r['turn_p99_ms']!s:>9}"
             f"{str(r['worker_rss_mib_start']) + '->' + str(r['worker_rss_mib_end']):>13}"
-            f"  {r['limit']}"
+            f"{r['loadavg_end'][0]:>6}  {r['limit']}"
         )
+    if any(r["world"] == "mongo" for r in rows):
+        print("mongoeco: mongoeco's wire server, not MongoDB")
+
+
+def _save(path: str | None, args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """Rewrite ``path`` with every row so far (a crash mid-run loses only the row running)."""
+    if path:
+        text = json.dumps({"settings": vars(args), "rows": rows}, indent=2, default=str)
+        Path(path).write_text(text + "\n")
 
 
 def main() -> int:
@@ -366,19 +512,33 @@ def main() -> int:
     parser.add_argument("--world", default="local,postgres,redis,turso", help="a list of worlds")
     parser.add_argument("--sessions", default="1000,10000,50000", help="active sessions, a list")
     parser.add_argument("--processes", type=int, default=2, help="worker processes")
-    parser.add_argument("--per-process", type=int, default=250, help="worker loops per process")
+    parser.add_argument(
+        "--per-process", type=int, default=0, help="worker loops per process (0: sized to load)"
+    )
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of load per row")
     parser.add_argument("--model-latency", type=float, default=0.5, help="seconds per call")
     parser.add_argument("--memory", type=int, default=0, help="instead: N turns, RSS over them")
+    parser.add_argument("--memory-sessions", type=int, default=0, help="--memory: N sessions")
+    parser.add_argument("--tracemalloc", action="store_true", help="--memory: top growth too")
     parser.add_argument("--quick", action="store_true", help="a smoke run: small and short")
     parser.add_argument("--json", action="store_true", help="print JSON after the table")
+    parser.add_argument("--out", help="a JSON file rewritten with every row as it finishes")
     parser.add_argument("--postgres-url", default=os.environ.get("WORLD_TEST_POSTGRES_URL", PG_URL))
     parser.add_argument("--redis-url", default=os.environ.get("WORLD_TEST_REDIS_URL", REDIS_URL))
+    parser.add_argument(
+        "--mongo-url",
+        default=os.environ.get("WORLD_TEST_MONGO_URL"),
+        help="mongo's URL (default WORLD_TEST_MONGO_URL, set by .ci/with-servers)",
+    )
     parser.add_argument("--worker-child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--probe-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_child:
         world, url, namespace, out = args.worker_child
         anyio.run(worker_child, world, url, namespace, args.per_process, args.model_latency, out)
+        return 0
+    if args.probe_child:
+        anyio.run(probe_child, *args.probe_child)
         return 0
     if args.quick:
         args.sessions, args.duration, args.per_process = "600", 3.0, 20
@@ -388,6 +548,8 @@ def main() -> int:
     worlds = [w.strip() for w in args.world.split(",") if w.strip()]
     folder = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     urls = _urls(args, folder)
+    if "mongo" in worlds and "mongo" not in urls:
+        parser.error("--world mongo needs --mongo-url or WORLD_TEST_MONGO_URL (.ci/with-servers)")
     unknown = [w for w in worlds if w not in urls]
     if unknown:
         parser.error(f"--world: no {', '.join(unknown)}; choose from {', '.join(urls)}")
@@ -395,18 +557,31 @@ def main() -> int:
         sizes = [int(n) for n in args.sessions.split(",") if n.strip()]
     except ValueError:
         parser.error(f"--sessions is a comma-separated list of counts, got {args.sessions!r}")
-    if not sizes or min(sizes) < 1 or args.processes < 1 or args.per_process < 1:
-        parser.error("--sessions, --processes and --per-process must be at least 1")
+    if not sizes or min(sizes) < 1 or args.processes < 1 or args.per_process < 0:
+        parser.error("--sessions and --processes must be at least 1, --per-process at least 0")
+    if args.duration <= 0 or args.model_latency < 0:
+        parser.error("--duration must be > 0 and --model-latency >= 0 seconds")
     rows: list[dict[str, Any]] = []
     try:
         for world in worlds:
             if args.memory:
                 print(f"  memory over {args.memory} turns on {world} ...", file=sys.stderr)
-                rows.append(anyio.run(memory_run, world, urls[world], args.memory))
+                rows.append(
+                    anyio.run(
+                        memory_run,
+                        world,
+                        urls[world],
+                        args.memory,
+                        args.memory_sessions,
+                        args.tracemalloc,
+                    )
+                )
+                _save(args.out, args, rows)
                 continue
             for sessions in sizes:
                 print(f"  {world}: {sessions} sessions ...", file=sys.stderr, flush=True)
                 rows.append(anyio.run(run_row, args, world, urls[world], sessions))
+                _save(args.out, args, rows)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if args.memory:
@@ -415,10 +590,13 @@ def main() -> int:
                 f"{r['world']:<9} {r['turns']} turns: RSS MiB {r['rss_mib']} "
                 f"(growth {r['growth_mib']} MiB)"
             )
+            for line in r["tracemalloc_top"]:
+                print(f"    {line}")
     else:
         print(
-            f"{args.processes} worker processes x {args.per_process} loops, model "
-            f"{args.model_latency} s/call, {args.duration} s per row; 2-core shared machine"
+            f"{args.processes} worker processes (loops per row above), model "
+            f"{args.model_latency} s/call, {args.duration} s per row; load = 1-min load average "
+            f"at the row's end on {os.cpu_count()} shared cores"
         )
         _print_table(rows)
     if args.json:
