@@ -92,6 +92,7 @@ The rules, for step ``n``:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import hashlib
 import json
@@ -507,6 +508,7 @@ class Journal:
         self._pending_steps: list[int] = []  # steps whose outcomes are in _pending
         self._step_extra: dict[str, Any] = {}  # what model() and tool() add to the next StepInfo
         self._taking: StepInfo | None = None  # the step _take runs now, as observers see it
+        self._calls: dict[tuple[str, str], list[int]] | None = None  # see _latest_call
 
     @classmethod
     async def open(
@@ -1576,31 +1578,46 @@ class Journal:
         """The approval step that covers a retry of ``name`` with these arguments: the latest
         earlier call of the same tool with the same arguments did not return a result (it was
         interrupted or failed) and the step before it approved it."""
-        for m in sorted(self._turn.steps, reverse=True):
-            if m >= self._next:
-                continue
-            identity = self._turn.steps[m].identity
-            if (identity["kind"], identity["name"], identity["digest"]) != ("tool", name, digest):
-                continue
-            outcome = self._turn.steps[m].outcome
-            result = (outcome or {}).get("result", {})
-            if outcome is not None and (
-                "blob" in outcome or not ("error" in result or result.get("interrupted"))
-            ):
-                return None  # it returned: a repeat is a new request, to be approved anew
-            before = self._turn.steps.get(m - 1)
-            decided = (before.outcome or {}) if before is not None else {}
-            if decided.get("kind") != "approval":
-                return None
-            granted = decided.get("result", {})
-            signal = granted.get("signal") or {}
-            payload = signal.get("payload") if isinstance(signal, dict) else None
-            if "approved_before" in granted or (
-                isinstance(payload, dict) and payload.get("approved") is True
-            ):
-                return m - 1
+        m = self._latest_call(name, digest, self._next)
+        if m is None:
             return None
+        outcome = self._turn.steps[m].outcome
+        result = (outcome or {}).get("result", {})
+        if outcome is not None and (
+            "blob" in outcome or not ("error" in result or result.get("interrupted"))
+        ):
+            return None  # it returned: a repeat is a new request, to be approved anew
+        before = self._turn.steps.get(m - 1)
+        decided = (before.outcome or {}) if before is not None else {}
+        if decided.get("kind") != "approval":
+            return None
+        granted = decided.get("result", {})
+        signal = granted.get("signal") or {}
+        payload = signal.get("payload") if isinstance(signal, dict) else None
+        if "approved_before" in granted or (
+            isinstance(payload, dict) and payload.get("approved") is True
+        ):
+            return m - 1
         return None
+
+    def _latest_call(self, name: str, digest: str, before: int) -> int | None:
+        """The latest step before ``before`` that called tool ``name`` with arguments of
+        sha-256 ``digest``, or None. From an index of the turn's tool steps (built on first
+        use, then kept by :meth:`_record`): a scan of every step made each step cost more
+        the longer the turn, quadratic in all."""
+        if self._calls is None:
+            self._calls = {}
+            for m in sorted(self._turn.steps):
+                self._index_call(m)
+        found = self._calls.get((name, digest), [])
+        i = bisect.bisect_left(found, before)
+        return found[i - 1] if i else None
+
+    def _index_call(self, n: int) -> None:
+        assert self._calls is not None
+        identity = self._turn.steps[n].identity
+        if identity["kind"] == "tool":
+            bisect.insort(self._calls.setdefault((identity["name"], identity["digest"]), []), n)
 
     async def _settle_step(
         self, kind: str, name: str, spec: dict[str, Any], result: dict[str, Any]
@@ -1641,20 +1658,16 @@ class Journal:
         gets its own key). An interrupted call may have happened; a failed one may have
         reached the API before it failed (a timeout, a dropped connection): a retry with the
         same key is what idempotency keys exist for."""
-        for m in sorted(self._turn.steps, reverse=True):
-            if m >= n:
-                continue
-            step = self._turn.steps[m]
-            identity = step.identity
-            if (identity["kind"], identity["name"], identity["digest"]) != ("tool", name, digest):
-                continue
-            outcome = step.outcome or {}
-            result = outcome.get("result", {})
-            if "blob" in outcome or not ("error" in result or result.get("interrupted")):
-                break  # it returned a result: a repeat is a new request
-            intent = step.intent or {}
-            return str(result.get("key") or intent.get("key") or self.idempotency_key(m))
-        return self.idempotency_key(n)
+        m = self._latest_call(name, digest, n)
+        if m is None:
+            return self.idempotency_key(n)
+        step = self._turn.steps[m]
+        outcome = step.outcome or {}
+        result = outcome.get("result", {})
+        if "blob" in outcome or not ("error" in result or result.get("interrupted")):
+            return self.idempotency_key(n)  # it returned a result: a repeat is a new request
+        intent = step.intent or {}
+        return str(result.get("key") or intent.get("key") or self.idempotency_key(m))
 
     async def _take(
         self,
@@ -1910,11 +1923,14 @@ class Journal:
     def _record(
         self, n: int, *, intent: dict[str, Any] | None = None, outcome: dict[str, Any] | None = None
     ) -> None:
+        new = n not in self._turn.steps
         step = self._turn.steps.setdefault(n, _Step())
         if intent is not None:
             step.intent = intent
         if outcome is not None:
             step.outcome = outcome
+        if new and self._calls is not None:
+            self._index_call(n)
 
     async def _result(self, outcome: dict[str, Any]) -> dict[str, Any]:
         if "blob" in outcome:
