@@ -9,8 +9,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -156,59 +155,84 @@ def _not_connected(what: str, target: Target, exc: BaseException) -> WorldError:
     )
 
 
-@contextmanager
-def translate(what: str, target: Target, *, first: bool = False) -> Iterator[None]:
+def translate(what: str, target: Target, *, first: bool = False) -> _Translate:
     """Translate asyncpg and socket errors raised inside into :mod:`world_core.errors`.
 
     ``first``: the block opens the World's first connection. Its failure is reported as such
     (the World never worked); later connection failures are transient faults, retried by
     :meth:`Database.run`.
     """
-    try:
-        yield
-    except WorldError:
-        raise
-    except asyncpg.exceptions.InvalidCatalogNameError as exc:
-        raise ConfigurationError(
+    return _Translate(what, target, first)
+
+
+class _Translate:
+    """The context manager of :func:`translate`: a class rather than a generator, which costs
+    about 2 us per call on the append path (measured), all of it on entry and exit."""
+
+    __slots__ = ("first", "target", "what")
+
+    def __init__(self, what: str, target: Target, first: bool) -> None:
+        self.what = what
+        self.target = target
+        self.first = first
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is not None and not isinstance(exc, WorldError):
+            translated = _translated(self.what, self.target, exc, self.first)
+            if translated is not None:
+                raise translated from exc
+
+
+def _translated(what: str, target: Target, exc: BaseException, first: bool) -> WorldError | None:
+    """The error ``exc`` becomes, or None for one that passes as it is (a cancellation)."""
+    if isinstance(exc, asyncpg.exceptions.InvalidCatalogNameError):
+        return ConfigurationError(
             f"{what}: the database named in {target.source} ({target.where}) does not exist; "
             "create it or point the URL at an existing one"
-        ) from exc
-    except asyncpg.exceptions.InvalidAuthorizationSpecificationError as exc:
+        )
+    if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
         # 28000 and 28P01: a wrong password, a role that does not exist, no pg_hba.conf entry.
-        raise ConfigurationError(
+        return ConfigurationError(
             f"{what}: PostgreSQL at {target.address} refused the login ({exc}); fix the user "
             f"or password in {target.source} ({target.where}), or let the server accept them "
             "(pg_hba.conf)"
-        ) from exc
-    except asyncpg.exceptions.InsufficientPrivilegeError as exc:
-        raise ConfigurationError(
+        )
+    if isinstance(exc, asyncpg.exceptions.InsufficientPrivilegeError):
+        return ConfigurationError(
             f"{what}: the PostgreSQL user of {target.source} ({target.where}) lacks a "
             f"privilege ({exc}); grant it CREATE on the database (world-postgres creates and "
             "owns its schema) or use another user"
-        ) from exc
-    except asyncpg.exceptions.ClientConfigurationError as exc:
-        raise ConfigurationError(
+        )
+    if isinstance(exc, asyncpg.exceptions.ClientConfigurationError):
+        return ConfigurationError(
             f"{what}: invalid PostgreSQL connection setting in {target.source}: {exc}"
-        ) from exc
-    except (
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-        asyncpg.exceptions.InternalClientError,
-        OSError,
-        TimeoutError,
-    ) as exc:
-        if first and (is_transient(exc) or not isinstance(exc, asyncpg.PostgresError)):
-            raise _not_connected(what, target, exc) from exc
-        if is_transient(exc):
-            raise BackendUnavailableError(
-                f"{what}: PostgreSQL at {target.where} is unavailable "
-                f"({exc.__class__.__name__}: {_reason(exc)}); retry later. Whether the call "
-                "took effect is unknown."
-            ) from exc
-        raise WorldError(
-            f"{what}: PostgreSQL at {target.where} failed ({exc.__class__.__name__}: {exc}); "
-            "this is a bug in world-postgres or a changed schema, please report it"
-        ) from exc
+        )
+    if not isinstance(
+        exc,
+        asyncpg.PostgresError
+        | asyncpg.InterfaceError
+        | asyncpg.exceptions.InternalClientError
+        | OSError
+        | TimeoutError,
+    ):
+        return None
+    if first and (is_transient(exc) or not isinstance(exc, asyncpg.PostgresError)):
+        return _not_connected(what, target, exc)
+    if is_transient(exc):
+        return BackendUnavailableError(
+            f"{what}: PostgreSQL at {target.where} is unavailable "
+            f"({exc.__class__.__name__}: {_reason(exc)}); retry later. Whether the call "
+            "took effect is unknown."
+        )
+    return WorldError(
+        f"{what}: PostgreSQL at {target.where} failed ({exc.__class__.__name__}: {exc}); "
+        "this is a bug in world-postgres or a changed schema, please report it"
+    )
 
 
 class _Pool:
