@@ -1,12 +1,97 @@
-"""Queue and stream measurements shared by the embedded backends' benchmarks."""
+"""Measurements shared by the local and Turso benchmarks: interleaved pairs against a floor,
+queue draining, stream write-to-read latency."""
 
 from __future__ import annotations
 
+import statistics
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
 from world_core import World
+
+WARMUP = 20
+
+Row = dict[str, Any]
+
+
+def ms(seconds: list[float], q: float = 0.5) -> float:
+    """The median (or the ``q`` quantile) of ``seconds``, in milliseconds."""
+    ordered = sorted(seconds)
+    if q == 0.5:
+        return statistics.median(ordered) * 1e3
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+
+@dataclass
+class Sample:
+    """Per-call seconds: wall clock, and CPU time of this process (all its threads)."""
+
+    wall: list[float]
+    cpu: list[float]
+
+
+async def pairs(
+    count: int, floor: Callable[[], Awaitable[None]], other: Callable[[], Awaitable[None]]
+) -> tuple[Sample, Sample]:
+    """``count`` interleaved samples of (floor, other), after ``WARMUP`` pairs not kept: drift
+    on a shared machine then hits both alike."""
+    floors = Sample([], [])
+    others = Sample([], [])
+    for i in range(WARMUP + count):
+        t0, c0 = time.perf_counter(), time.process_time()
+        await floor()
+        t1, c1 = time.perf_counter(), time.process_time()
+        await other()
+        t2, c2 = time.perf_counter(), time.process_time()
+        if i >= WARMUP:
+            floors.wall.append(t1 - t0)
+            floors.cpu.append(c1 - c0)
+            others.wall.append(t2 - t1)
+            others.cpu.append(c2 - c1)
+    return floors, others
+
+
+def pair_rows(name: str, floor_name: str, floor: Sample, other: Sample) -> list[Row]:
+    """The rows of a pair: p50, p99 and mean CPU time of each, the ratio of p50s on the
+    second."""
+
+    def row(name: str, sample: Sample) -> Row:
+        return {
+            "name": name,
+            "ops": len(sample.wall),
+            "p50_ms": ms(sample.wall),
+            "p99_ms": ms(sample.wall, 0.99),
+            "cpu_us": statistics.fmean(sample.cpu) * 1e6,
+        }
+
+    ratio = statistics.median(other.wall) / statistics.median(floor.wall)
+    return [row(floor_name, floor), {**row(name, other), "ratio_p50": ratio}]
+
+
+def table(rows: list[Row]) -> str:
+    """A Markdown table of ``rows``; a value a row lacks is shown as -."""
+
+    def cell(row: Row, key: str, spec: str) -> str:
+        value = row.get(key)
+        width = int(spec.split(".")[0])
+        return f"{'-':>{width}}" if value is None else format(value, spec)
+
+    header = (
+        f"| {'measurement':<46} | {'ops':>5} | {'p50 ms':>7} | {'p99 ms':>7} | {'ratio':>5} |"
+        f" {'CPU us':>6} | {'ops/s':>7} |"
+    )
+    lines = [header, "|" + "|".join("-" * len(part) for part in header.split("|")[1:-1]) + "|"]
+    for row in rows:
+        lines.append(
+            f"| {row['name']:<46} | {row['ops']:>5} | {cell(row, 'p50_ms', '7.3f')} |"
+            f" {cell(row, 'p99_ms', '7.3f')} | {cell(row, 'ratio_p50', '5.2f')} |"
+            f" {cell(row, 'cpu_us', '6.0f')} | {cell(row, 'ops_per_s', '7.0f')} |"
+        )
+    return "\n".join(lines)
 
 
 async def write_to_read(writer: World, reader: World, stream: str, count: int) -> list[float]:

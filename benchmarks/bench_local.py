@@ -12,7 +12,8 @@ and one JSON line:
   That is the durability the World promises for an append (the frame is fsynced before
   ``append`` returns; a directory is fsynced only when a file is created). Samples are
   interleaved (floor, append, floor, ...) so drift on a shared machine hits both alike; the
-  first 20 of each pair warm up.
+  first 20 pairs warm up. The CPU column is the mean CPU time of this process (all threads)
+  per call: steadier than the wall clock on a loaded machine.
 * what remains, in two more interleaved phases, each with a floor of its own:
 
   - ``file work``: the World's file work for that append (``LocalLog._write``: mutex, open,
@@ -40,18 +41,14 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
-from _world_rows import drain, write_to_read
+from _world_rows import Row, drain, ms, pair_rows, pairs, table, write_to_read
 
 from world_core import NewEvent
 from world_local import LocalWorld, connect
@@ -59,23 +56,6 @@ from world_local._log import LocalLog
 
 PAYLOAD = b"e" * 256
 WARMUP = 20
-
-Row = dict[str, Any]
-
-
-@dataclass
-class Sample:
-    """Per-call seconds: wall clock, and CPU time of this process (all its threads)."""
-
-    wall: list[float]
-    cpu: list[float]
-
-
-def _ms(seconds: list[float], q: float = 0.5) -> float:
-    ordered = sorted(seconds)
-    if q == 0.5:
-        return statistics.median(ordered) * 1e3
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
 
 
 class Floor:
@@ -90,40 +70,6 @@ class Floor:
 
     def close(self) -> None:
         os.close(self.fd)
-
-
-async def _pairs(
-    count: int, floor: Callable[[], Awaitable[None]], other: Callable[[], Awaitable[None]]
-) -> tuple[Sample, Sample]:
-    """``count`` interleaved samples of (floor, other), after WARMUP pairs not kept."""
-    floors = Sample([], [])
-    others = Sample([], [])
-    for i in range(WARMUP + count):
-        t0, c0 = time.perf_counter(), time.process_time()
-        await floor()
-        t1, c1 = time.perf_counter(), time.process_time()
-        await other()
-        t2, c2 = time.perf_counter(), time.process_time()
-        if i >= WARMUP:
-            floors.wall.append(t1 - t0)
-            floors.cpu.append(c1 - c0)
-            others.wall.append(t2 - t1)
-            others.cpu.append(c2 - c1)
-    return floors, others
-
-
-def _pair_rows(name: str, floor_name: str, floor: Sample, other: Sample) -> list[Row]:
-    def row(name: str, sample: Sample) -> Row:
-        return {
-            "name": name,
-            "ops": len(sample.wall),
-            "p50_ms": _ms(sample.wall),
-            "p99_ms": _ms(sample.wall, 0.99),
-            "cpu_us": statistics.fmean(sample.cpu) * 1e6,
-        }
-
-    ratio = statistics.median(other.wall) / statistics.median(floor.wall)
-    return [row(floor_name, floor), {**row(name, other), "ratio_p50": ratio}]
 
 
 async def bench_append(world: LocalWorld, folder: Path, count: int) -> list[Row]:
@@ -145,20 +91,20 @@ async def bench_append(world: LocalWorld, folder: Path, count: int) -> list[Row]
         await anyio.to_thread.run_sync(floor.op)
 
     try:
-        rows = _pair_rows(
+        rows = pair_rows(
             "append (1 event of 256 B)",
             "floor: os.write + fsync",
-            *await _pairs(count, raw, append),
+            *await pairs(count, raw, append),
         )
-        rows += _pair_rows(
+        rows += pair_rows(
             "what remains: file work, caller's thread",
             "floor (phase 2)",
-            *await _pairs(count, raw, file_work),
+            *await pairs(count, raw, file_work),
         )
-        rows += _pair_rows(
+        rows += pair_rows(
             "what remains: the floor in a worker thread",
             "floor (phase 3)",
-            *await _pairs(count, raw, raw_in_thread),
+            *await pairs(count, raw, raw_in_thread),
         )
     finally:
         floor.close()
@@ -179,8 +125,8 @@ async def bench_stream(world: LocalWorld, count: int) -> Row:
     return {
         "name": "stream write->read, same World",
         "ops": count,
-        "p50_ms": _ms(times),
-        "p99_ms": _ms(times, 0.99),
+        "p50_ms": ms(times),
+        "p99_ms": ms(times, 0.99),
     }
 
 
@@ -193,26 +139,6 @@ async def run(args: argparse.Namespace, folder: Path) -> list[Row]:
         rows.append(await bench_stream(world, args.chunks))
         await world.purge()
     return rows
-
-
-def _table(rows: list[Row]) -> str:
-    def cell(row: Row, key: str, spec: str) -> str:
-        value = row.get(key)
-        width = int(spec.split(".")[0])
-        return f"{'-':>{width}}" if value is None else format(value, spec)
-
-    header = (
-        f"| {'measurement':<42} | {'ops':>5} | {'p50 ms':>7} | {'p99 ms':>7} | {'ratio':>5} |"
-        f" {'CPU us':>6} | {'ops/s':>7} |"
-    )
-    lines = [header, "|" + "|".join("-" * len(part) for part in header.split("|")[1:-1]) + "|"]
-    for row in rows:
-        lines.append(
-            f"| {row['name']:<42} | {row['ops']:>5} | {cell(row, 'p50_ms', '7.3f')} |"
-            f" {cell(row, 'p99_ms', '7.3f')} | {cell(row, 'ratio_p50', '5.2f')} |"
-            f" {cell(row, 'cpu_us', '6.0f')} | {cell(row, 'ops_per_s', '7.0f')} |"
-        )
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -243,7 +169,7 @@ def main() -> None:
         f"local World on {folder.parent}; Python {sys.version.split()[0]}; load average "
         f"{load[0]:.2f} at the start; {elapsed:.1f} s in all"
     )
-    print(_table(rows))
+    print(table(rows))
     summary = {"load_average": load[0], "elapsed_s": elapsed, "rows": rows}
     print(json.dumps(summary, indent=2) if args.json else json.dumps(summary))
 

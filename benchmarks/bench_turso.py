@@ -1,16 +1,31 @@
 """Benchmark of the Turso/libSQL World on one local database file (not a test).
 
-    uv run python benchmarks/bench_turso.py [--appends N] [--messages M] [--chunks K] [--json]
+    uv run python benchmarks/bench_turso.py [--appends N] [--messages M] [--chunks K]
+                                            [--quick] [--json]
 
 Side by side, on the same file, each with WAL and synchronous=FULL:
 
-* ``world append``: ``TursoWorld.log.append`` of one event (worker thread, BEGIN IMMEDIATE,
-  tail read, insert, tail upsert, commit).
-* ``raw libsql``: the floor: the same driver, a plain INSERT of the same bytes + COMMIT, called
-  directly on the caller's thread.
-* ``raw sqlite3``: the stdlib ``sqlite3`` module doing the same, in a child process (a second
-  SQLite library in one process does not share libsql's file locks).
-  The three take turns in 5 rounds, so the machine's load falls on all of them alike.
+* ``world append``: ``TursoWorld.log.append`` of one event (validation, a worker thread,
+  BEGIN IMMEDIATE, the tail upsert that says where the tail was, the event insert, COMMIT)
+  against the floor, ``raw libsql``: the same driver, BEGIN IMMEDIATE, a plain INSERT of the
+  same bytes, COMMIT, called directly on the caller's thread. Samples are interleaved (floor,
+  append, floor, ...) so drift on a shared machine hits both alike; the first 20 pairs warm
+  up. The CPU column is the mean CPU time of this process (all threads) per call.
+* what remains, in two more interleaved phases, each with a floor of its own:
+
+  - ``its transaction, caller's thread``: the append's transaction (``Database._call`` of
+    ``TursoLog._write``: BEGIN IMMEDIATE, two statements, COMMIT, the wrapper's binding and
+    error translation) without the thread hop. Its ratio is the second statement's part.
+  - ``the floor in a worker thread``: the floor through ``anyio.to_thread.run_sync``, as the
+    World runs every call (libsql releases the GIL while it commits, so the event loop runs
+    meanwhile). Its ratio is the thread hop's part: on a loaded machine the worker and then
+    the event loop each wait to be scheduled.
+
+  The append's ratio is about these two parts together; validation and the ``NewEvent`` are
+  tens of microseconds.
+* ``raw sqlite3``: the stdlib ``sqlite3`` module doing what the floor does, in a child
+  process (a second SQLite library in one process does not share libsql's file locks), in a
+  block of its own after the interleaved phases.
 * queue throughput (enqueue, then claim + ack until empty): 1 and 8 worker tasks on one World,
   and 8 worker processes (one World each, timed from a common start).
 * stream write-to-read latency: the reader on the same World, and on a second World (another
@@ -33,20 +48,22 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol, cast
 
 import anyio
 import libsql
-from _world_rows import drain, write_to_read
+from _world_rows import Row, drain, pair_rows, pairs, table, write_to_read
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from world_core import NewEvent
 from world_turso import TursoWorld, connect
+from world_turso._db import Tx
+from world_turso._log import TursoLog
 
 PAYLOAD = b"e" * 256
-ROUNDS = 5
 
 
 class _Cursor(Protocol):
@@ -58,7 +75,7 @@ class _Raw(Protocol):
     def close(self) -> None: ...
 
 
-def _stats(name: str, seconds: list[float], unit_ops: int | None = None) -> dict[str, object]:
+def _stats(name: str, seconds: list[float], unit_ops: int | None = None) -> Row:
     ordered = sorted(seconds)
     ops = unit_ops if unit_ops is not None else len(seconds)
     return {
@@ -128,40 +145,52 @@ def raw_sqlite3(path: Path, count: int) -> tuple[str, list[float]]:
     return str(result["version"]), [float(t) for t in result["times"]]
 
 
-async def world_appends(world: TursoWorld, count: int) -> list[float]:
-    times: list[float] = []
-    for _ in range(count):
-        start = time.perf_counter()
-        await world.log.append("bench", [NewEvent(data=PAYLOAD)])
-        times.append(time.perf_counter() - start)
-    return times
+async def bench_appends(world: TursoWorld, path: Path, count: int) -> list[Row]:
+    """Three interleaved phases, each against the floor (see the module docstring), then the
+    stdlib sqlite3 reference in a block of its own."""
+    log = world.log
+    assert isinstance(log, TursoLog)
+    db = log._db
+    event = [NewEvent(data=PAYLOAD)]
+    statements = partial(log._write, "bench", event, None, None, [])
+    raw = RawLibsql(path)
 
+    async def floor() -> None:
+        raw.op(0)
 
-async def bench_appends(world: TursoWorld, path: Path, count: int) -> list[dict[str, object]]:
-    """The three writers take turns in ROUNDS rounds, so that the machine's load (fsync times
-    vary a lot on a shared disk) falls on all of them alike."""
-    per_round = max(1, count // ROUNDS)
-    ours: list[float] = []
-    floor: list[float] = []
-    stdlib: list[float] = []
-    version = "?"
-    raw = await anyio.to_thread.run_sync(RawLibsql, path)
+    async def append() -> None:
+        await log.append("bench", event)
+
+    async def transaction() -> None:
+        db._call(statements, Tx.WRITE)
+
+    async def floor_in_thread() -> None:
+        await anyio.to_thread.run_sync(raw.op, 0)
+
     try:
-        for _ in range(ROUNDS):
-            ours += await world_appends(world, per_round)
-            floor += await anyio.to_thread.run_sync(_timed, per_round, raw.op)
-            version, times = await anyio.to_thread.run_sync(raw_sqlite3, path, per_round)
-            stdlib += times
+        rows = pair_rows(
+            "world log.append (1 event of 256 B)",
+            "raw libsql INSERT+COMMIT (floor)",
+            *await pairs(count, floor, append),
+        )
+        rows += pair_rows(
+            "what remains: its transaction, caller's thread",
+            "floor (phase 2)",
+            *await pairs(count, floor, transaction),
+        )
+        rows += pair_rows(
+            "what remains: the floor in a worker thread",
+            "floor (phase 3)",
+            *await pairs(count, floor, floor_in_thread),
+        )
     finally:
         raw.raw.close()
-    return [
-        _stats("world log.append (1 event of 256 B)", ours),
-        _stats("raw libsql INSERT+COMMIT (floor)", floor),
-        _stats(f"raw stdlib sqlite3 {version} INSERT+COMMIT", stdlib),
-    ]
+    version, times = await anyio.to_thread.run_sync(raw_sqlite3, path, count)
+    rows.append(_stats(f"raw stdlib sqlite3 {version} (child, own block)", times))
+    return rows
 
 
-async def bench_queue(world: TursoWorld, messages: int, workers: int) -> dict[str, object]:
+async def bench_queue(world: TursoWorld, messages: int, workers: int) -> Row:
     elapsed = await drain(world, f"q{workers}", messages, workers)
     return {
         "name": f"queue claim+ack, {workers} worker task(s)",
@@ -185,9 +214,7 @@ async def queue_child(url: str, queue: str) -> None:
         print(json.dumps({"done": done}), flush=True)
 
 
-async def bench_queue_processes(
-    world: TursoWorld, url: str, messages: int, workers: int
-) -> dict[str, object]:
+async def bench_queue_processes(world: TursoWorld, url: str, messages: int, workers: int) -> Row:
     """The same job with worker processes, each with its own connection (and its own GIL)."""
     queue = f"p{workers}"
     for i in range(messages):
@@ -227,18 +254,16 @@ async def bench_queue_processes(
     }
 
 
-async def bench_stream(
-    writer: TursoWorld, reader: TursoWorld, count: int, label: str
-) -> dict[str, object]:
+async def bench_stream(writer: TursoWorld, reader: TursoWorld, count: int, label: str) -> Row:
     return _stats(
         f"stream write->read, {label}", await write_to_read(writer, reader, f"s-{label}", count)
     )
 
 
-async def run(args: argparse.Namespace, folder: Path) -> list[dict[str, object]]:
+async def run(args: argparse.Namespace, folder: Path) -> list[Row]:
     path = folder / "bench.db"
     url = f"file:{path}"
-    results: list[dict[str, object]] = []
+    results: list[Row] = []
     async with await connect(url=url, namespace="bench") as world:
         await world.log.append("warmup", [NewEvent(data=PAYLOAD)])
         results += await bench_appends(world, path, args.appends)
@@ -252,30 +277,12 @@ async def run(args: argparse.Namespace, folder: Path) -> list[dict[str, object]]
     return results
 
 
-def _table(results: list[dict[str, object]]) -> str:
-    def cell(value: object) -> str:
-        return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
-
-    lines = [
-        f"| {'measurement':<46} | {'ops':>5} | {'p50 ms':>8} | {'p99 ms':>8} | {'ops/s':>9} |",
-        f"|{'-' * 48}|{'-' * 7}|{'-' * 10}|{'-' * 10}|{'-' * 11}|",
-    ]
-    for r in results:
-        ops_per_s = r["ops_per_s"]
-        rate = f"{ops_per_s:.0f}" if isinstance(ops_per_s, float) else "-"
-        lines.append(
-            f"| {r['name']!s:<46} | {r['ops']!s:>5} | {cell(r['p50_ms']):>8} |"
-            f" {cell(r['p99_ms']):>8} | {rate:>9} |"
-        )
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--appends", type=int, default=500)
+    parser.add_argument("--appends", type=int, default=400, help="samples per append phase")
     parser.add_argument("--messages", type=int, default=400)
     parser.add_argument("--chunks", type=int, default=300)
-    parser.add_argument("--json", action="store_true", help="print JSON after the table")
+    parser.add_argument("--json", action="store_true", help="the JSON indented, not on one line")
     parser.add_argument("--quick", action="store_true", help="a tenth of the work: a smoke run")
     parser.add_argument("--sqlite3-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--queue-child", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -291,6 +298,7 @@ def main() -> None:
         anyio.run(queue_child, *args.queue_child)
         return
     folder = Path(tempfile.mkdtemp(prefix="bench-turso-"))
+    load = os.getloadavg()
     try:
         started = time.perf_counter()
         results = anyio.run(run, args, folder)
@@ -299,11 +307,12 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     print(
         f"libsql {metadata.version('libsql')} on one local file, WAL, synchronous=FULL; "
-        f"Python {sys.version.split()[0]}; {elapsed:.1f} s in all"
+        f"Python {sys.version.split()[0]}; load average {load[0]:.2f} at the start; "
+        f"{elapsed:.1f} s in all"
     )
-    print(_table(results))
-    if args.json:
-        print(json.dumps(results, indent=2))
+    print(table(results))
+    summary = {"load_average": load[0], "elapsed_s": elapsed, "rows": results}
+    print(json.dumps(summary, indent=2) if args.json else json.dumps(summary))
 
 
 if __name__ == "__main__":

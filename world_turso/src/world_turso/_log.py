@@ -72,71 +72,83 @@ class TursoLog(Log):
         if isinstance(messages, Iterator):
             messages = list(messages)
         validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
-        batch = list(events)
-        outbox = list(messages)
+        write = partial(self._write, log_id, list(events), expect_tail, status, list(messages))
+        return await self._store.write(write)
+
+    def _write(
+        self,
+        log_id: str,
+        batch: list[NewEvent],
+        expect_tail: int | None,
+        status: str | None,
+        outbox: list[OutboxMessage],
+        conn: Conn,
+    ) -> int:
+        """The statements of :meth:`append` (arguments validated), inside its write
+        transaction: the new tail."""
         t = self._t
-
-        def run(conn: Conn) -> int:
-            row = conn.one(f"SELECT tail FROM {t.logs} WHERE log_id = ?", [log_id])
-            tail = as_int(row[0]) if row else 0
-            if expect_tail is not None and expect_tail != tail:
-                raise ConflictError(
-                    f"log {log_id!r} has tail {tail}, not {expect_tail}; read it and decide again",
-                    expected=expect_tail,
-                    actual=tail,
-                )
-            keys = [event.key for event in batch if event.key is not None]
-            found: dict[str, Event] = {}
-            for start in range(0, len(keys), _KEYS_PER_LOOKUP):
-                chunk = keys[start : start + _KEYS_PER_LOOKUP]
-                marks = ", ".join("?" * len(chunk))
-                for hit in conn.rows(
-                    f"SELECT seq, key, data FROM {t.events} WHERE log_id = ? AND key IN ({marks})",
-                    [log_id, *chunk],
-                ):
-                    existing = _event(hit)
-                    found[as_str(hit[1])] = existing
-            for key in keys:
-                if key in found:
-                    raise DuplicateKeyError(
-                        f"log {log_id!r} already holds key {key!r} (seq {found[key].seq}); "
-                        "nothing of the batch was written",
-                        key=key,
-                        existing=found[key],
-                    )
-            for start in range(0, len(batch), _ROWS_PER_INSERT):
-                part = batch[start : start + _ROWS_PER_INSERT]
-                params: list[Param] = []
-                for offset, event in enumerate(part, start=tail + 1 + start):
-                    params += [log_id, offset, event.key, event.data]
-                conn.exec(
-                    f"INSERT INTO {t.events} (log_id, seq, key, data) VALUES "
-                    + ", ".join(["(?, ?, ?, ?)"] * len(part)),
-                    params,
-                )
-            new_tail = tail + len(batch)
-            conn.exec(
-                f"INSERT INTO {t.logs} (log_id, tail, status) VALUES (?, ?, ?) "
-                "ON CONFLICT (log_id) DO UPDATE SET tail = excluded.tail,"
-                f" status = coalesce(excluded.status, {t.logs}.status)",
-                [log_id, new_tail, status],
+        # One statement moves the tail and says where it was (a conflict rolls it back). The
+        # status is assigned only when given: assigning it at all rewrites its index entry,
+        # one more page in the WAL to fsync (3.5 pages a commit instead of 2.5).
+        set_status = "" if status is None else ", status = excluded.status"
+        row = conn.one(
+            f"INSERT INTO {t.logs} (log_id, tail, status) VALUES (?, ?, ?) "
+            f"ON CONFLICT (log_id) DO UPDATE SET tail = {t.logs}.tail + excluded.tail{set_status}"
+            " RETURNING tail",
+            [log_id, len(batch), status],
+        )
+        assert row is not None, "an upsert with RETURNING returns its row"
+        new_tail = as_int(row[0])
+        tail = new_tail - len(batch)
+        if expect_tail is not None and expect_tail != tail:
+            raise ConflictError(
+                f"log {log_id!r} has tail {tail}, not {expect_tail}; read it and decide again",
+                expected=expect_tail,
+                actual=tail,
             )
-            if outbox:
-                now = conn.now()
-                for message in outbox:
-                    enqueue_in(
-                        conn,
-                        t,
-                        now,
-                        message.queue,
-                        message.payload,
-                        delay=message.delay,
-                        dedup_key=message.dedup_key,
-                        max_attempts=message.max_attempts,
-                    )
-            return new_tail
-
-        return await self._store.write(run)
+        keys = [event.key for event in batch if event.key is not None]
+        found: dict[str, Event] = {}
+        for start in range(0, len(keys), _KEYS_PER_LOOKUP):
+            chunk = keys[start : start + _KEYS_PER_LOOKUP]
+            marks = ", ".join("?" * len(chunk))
+            for hit in conn.rows(
+                f"SELECT seq, key, data FROM {t.events} WHERE log_id = ? AND key IN ({marks})",
+                [log_id, *chunk],
+            ):
+                existing = _event(hit)
+                found[as_str(hit[1])] = existing
+        for key in keys:
+            if key in found:
+                raise DuplicateKeyError(
+                    f"log {log_id!r} already holds key {key!r} (seq {found[key].seq}); "
+                    "nothing of the batch was written",
+                    key=key,
+                    existing=found[key],
+                )
+        for start in range(0, len(batch), _ROWS_PER_INSERT):
+            part = batch[start : start + _ROWS_PER_INSERT]
+            params: list[Param] = []
+            for offset, event in enumerate(part, start=tail + 1 + start):
+                params += [log_id, offset, event.key, event.data]
+            conn.exec(
+                f"INSERT INTO {t.events} (log_id, seq, key, data) VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * len(part)),
+                params,
+            )
+        if outbox:
+            now = conn.now()
+            for message in outbox:
+                enqueue_in(
+                    conn,
+                    t,
+                    now,
+                    message.queue,
+                    message.payload,
+                    delay=message.delay,
+                    dedup_key=message.dedup_key,
+                    max_attempts=message.max_attempts,
+                )
+        return new_tail
 
     async def read(self, log_id: str, *, after: int = 0, limit: int | None = None) -> list[Event]:
         validate_read(log_id, after=after, limit=limit)
