@@ -31,6 +31,16 @@ and one JSON line:
 * stream: latency from the start of a 4-byte ``Stream.write`` to a reader on the same World
   (another task, woken in-process) yielding the chunk.
 
+What remains, as measured (two runs of ``--messages 40 --chunks 20``, load average 16, two
+cores shared): the append is 1.95x and 2.08x its floor at p50 (2.64x and 2.77x before
+1746c28 cut the file work's read-backs). Its parts: the thread hop, 1.3x to 1.6x on its own
+(the floor in a worker thread); the file work, 1.35x to 1.45x, of which the fsync is the
+floor's and the rest, 180 to 270 us of CPU on this loaded machine (315 before), is
+opening and locking the file (open, flock, the path check: 35 to 50 us), syncing the state
+(header and tail reads: 25 to 50 us), the outbox check (one failed open), encoding the frame
+and folding it in. The CPU column of the append (475 to 600 us against the floor's 90) is
+mostly the hop: waking a worker thread, then the event loop.
+
 Timings on a shared machine are noisy: compare the rows of one run, not runs. Bounded: a few
 seconds with ``--quick``, about half a minute with the defaults.
 """

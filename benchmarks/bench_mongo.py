@@ -22,7 +22,9 @@ The URL defaults to WORLD_TEST_MONGO_URL, then WORKFLOW_MONGO_URL. Side by side 
   well under a millisecond: the gap to the floor is the second round trip, by design (the
   copy must be done before the commit replaces the inline batch). Closing it would take a
   head that keeps two inline batches, so that the copy of one runs alongside the commit of
-  the next: a change of the storage format, not made here.
+  the next: a change of the storage format, not made here. Measured on mongoeco
+  (``--messages 20 --chunks 10``, load average 23, two cores shared): floor 6.1 ms, append
+  21.6 ms (3.55x): segment copy 14.8 ms, head commit 6.8 ms, the rest 0.07 ms.
 * queue throughput (enqueue M, then claim + ack until empty) with 1 and 8 worker tasks on one
   World.
 * stream write-to-read latency: a reader on the same World (woken in-process) and a reader in
