@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from world_core import (
     Lease,
     ModelReply,
     ModelRequest,
+    NewEvent,
     ScriptedModel,
     ToolCall,
     Worker,
@@ -30,6 +32,7 @@ from world_core import (
     tool,
 )
 from world_core.errors import BackendUnavailableError, InvalidArgumentError
+from world_core.journal import _session
 
 pytestmark = pytest.mark.anyio
 
@@ -297,3 +300,30 @@ async def test_run_retries_a_claim_the_store_could_not_answer(
             assert await client.wait("s", "t1", timeout=WAIT) == "echo"
             stop.set()
     assert failures == [1]
+
+
+async def test_a_worker_keeps_nothing_per_session_it_ran(world: World) -> None:
+    """The memory of a long-running worker does not grow with the sessions it served: the
+    chain of a session never continued is not remembered (each was, before: the scale run's
+    worker grew by about 300 bytes a session)."""
+    client = Client(world)
+    worker = Worker(world, echo_agent(), crash=None)
+    for n in range(20):
+        await client.submit(f"s{n}", "hi", turn_id="t1")
+        with anyio.fail_after(WAIT):
+            result = await worker.run_once(wait=5.0)
+        assert result is not None
+        assert result.status == "done"
+    assert _session._chains.get(world, {}) == {}
+
+
+async def test_continued_chains_are_remembered_up_to_a_bound(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_session, "CHAINS_KEPT", 2)
+    for n in range(3):
+        marker = json.dumps({"to": f"sessiongen/x{n}/1-t"}).encode()
+        await world.log.append(f"session/c{n}", [NewEvent(key=_session.CONTINUED_KEY, data=marker)])
+        chain = await _session.session_chain(world, f"c{n}")
+        assert chain == [f"session/c{n}", f"sessiongen/x{n}/1-t"]
+    assert list(_session._chains[world]) == ["c1", "c2"]  # the oldest seen was dropped

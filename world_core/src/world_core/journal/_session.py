@@ -285,6 +285,11 @@ CONTINUED_FROM_KEY = "session/continued-from"
 """The key of the first event of a continuation: the checkpoint it starts from."""
 
 _chains: weakref.WeakKeyDictionary[World, dict[str, list[str]]] = weakref.WeakKeyDictionary()
+"""Per World, the chains of continued sessions seen last (a one-log chain is not kept: it is
+known without looking; keeping every session's made a worker grow by its sessions)."""
+
+CHAINS_KEPT = 4096
+"""Continued sessions whose chain a process remembers per World; the oldest is dropped."""
 
 
 def session_log_id(session_id: str) -> str:
@@ -315,7 +320,11 @@ async def session_chain(world: World, session_id: str) -> list[str]:
             break
         body = decode_event(marker.data) or {}
         chain.append(str(body["to"]))
-    known[session_id] = chain
+    if len(chain) > 1:
+        known.pop(session_id, None)  # to the end: the oldest seen is dropped first
+        known[session_id] = chain
+        if len(known) > CHAINS_KEPT:
+            del known[next(iter(known))]
     return chain
 
 
