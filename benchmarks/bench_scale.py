@@ -64,6 +64,7 @@ import anyio
 
 from world_core import (
     Agent,
+    BackendUnavailableError,
     Client,
     Journal,
     ModelReply,
@@ -306,9 +307,16 @@ async def run_row(args: argparse.Namespace, world: str, url: str, sessions: int)
             until = started + args.duration
             count = 0
 
+            submit_errors: list[str] = []
+
             async def submit(session: str, turn: str) -> None:
                 began = time.perf_counter()
-                await client.submit(session, "hello", turn_id=turn)
+                try:
+                    await client.submit(session, "hello", turn_id=turn)
+                except BackendUnavailableError as exc:  # the store refused under load: counted
+                    submitted.pop((session, turn), None)
+                    submit_errors.append(str(exc))
+                    return
                 submit_times.append(time.perf_counter() - began)
 
             async with anyio.create_task_group() as tg:
@@ -370,8 +378,12 @@ async def run_row(args: argparse.Namespace, world: str, url: str, sessions: int)
     )
     if sustained >= 0.9 * offered and len(done) >= 0.98 * count:
         limit = "kept up"
-    elif lag_p99 > 0.5 or driver_cpu > 0.9:
-        limit = f"harness: the driver fell behind (lag p99 {lag_p99:.2f} s; {cpu_note})"
+    elif driver_cpu > 0.9:
+        limit = f"harness: the driver's CPU is saturated ({cpu_note})"
+    elif submit_errors:
+        limit = f"store: {len(submit_errors)} submits refused ({submit_errors[0][:80]}...)"
+    elif lag_p99 > 0.5 and machine_cpu > 0.9 * cores:
+        limit = f"CPU saturated, the driver starved too (lag p99 {lag_p99:.2f} s; {cpu_note})"
     elif append_p99 is not None and append_p99 > 0.25:
         limit = f"store: append p99 over 250 ms ({cpu_note})"
     elif machine_cpu > 0.9 * cores:
@@ -391,6 +403,8 @@ async def run_row(args: argparse.Namespace, world: str, url: str, sessions: int)
         "offered_steps_per_s": round(offered, 1),
         "sustained_steps_per_s": round(sustained, 1),
         "turns_submitted": count,
+        "submit_errors": len(submit_errors),
+        "submit_error_first": submit_errors[0] if submit_errors else None,
         "turns_finished": len(done),
         "append_p50_ms": ms(_pct(probe, 0.5)),
         "append_p99_ms": ms(append_p99),
@@ -488,6 +502,11 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     )
     print(head)
     for r in rows:
+        if "error" in r:
+            print(
+                f"{LABELS.get(r['world'], r['world']):<9}{r['sessions']:>9}  failed: {r['error']}"
+            )
+            continue
         loops = r["processes"] * r["loops_per_process"]
         print(
             f"{r['label']:<9}{r['sessions']:>9}{loops:>6}{r['offered_steps_per_s']:>10}"
@@ -580,7 +599,11 @@ def main() -> int:
                 continue
             for sessions in sizes:
                 print(f"  {world}: {sessions} sessions ...", file=sys.stderr, flush=True)
-                rows.append(anyio.run(run_row, args, world, urls[world], sessions))
+                try:
+                    rows.append(anyio.run(run_row, args, world, urls[world], sessions))
+                except Exception as exc:  # the row failed: say so and go on with the next
+                    print(f"  {world}: {sessions} sessions failed: {exc!r}", file=sys.stderr)
+                    rows.append({"world": world, "sessions": sessions, "error": repr(exc)})
                 _save(args.out, args, rows)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
