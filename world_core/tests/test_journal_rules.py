@@ -38,6 +38,7 @@ from world_core.errors import (
     PossiblyRanError,
     TurnNotReadyError,
 )
+from world_core.journal import _journal
 
 pytestmark = pytest.mark.anyio
 
@@ -466,3 +467,35 @@ async def test_history_turns_keeps_the_latest_turns_and_all_of_fewer(world: Worl
         messages = agent.conversation(await Journal.open(world, "s", last, history=window))
         users = [m["content"] for m in messages if m["role"] == "user"]
         assert users == [f"m{n}" for n in range(15 - seen, 15)] + ["last"], (window, users)
+
+
+async def echo(i: int) -> int:
+    """Return i."""
+    return i
+
+
+async def test_a_never_step_reads_as_many_step_records_late_in_a_turn_as_early(
+    world: World, turn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding the latest earlier call with the same arguments (whose idempotency key a retry
+    reuses) looks the call up, not through every step of the turn: steps 40 to 59 read as many
+    recorded steps' identities as steps 20 to 39 (counted, never timed)."""
+    reads = 0
+    identity = vars(_journal._Step)["identity"].fget
+
+    def counted(self: _journal._Step) -> dict[str, object]:
+        nonlocal reads
+        reads += 1
+        result: dict[str, object] = identity(self)
+        return result
+
+    monkeypatch.setattr(_journal._Step, "identity", property(counted))
+    journal = await Journal.open(world, "s", turn)
+    step = tool(echo, replay="never")
+    counts = []
+    for start in (0, 20, 40):
+        reads = 0
+        for i in range(start, start + 20):
+            assert await journal.call(step, {"i": i}) == i
+        counts.append(reads)
+    assert counts[1] == counts[2], counts

@@ -232,15 +232,20 @@ def canonical_json(value: object) -> bytes:
     Text that UTF-8 cannot carry (lone surrogates, valid in JSON as ``\\ud83d``) is written
     with JSON escapes instead, losslessly: parsing gives back the same string.
     """
-    text = json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    text = _CANONICAL.encode(value)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-        ).encode("ascii")
+        return _CANONICAL_ASCII.encode(value).encode("ascii")
+
+
+# Made once: json.dumps with these settings would build an encoder on every call (several a step).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_CANONICAL_ASCII = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+)
 
 
 def digest_of(value: object) -> str:
@@ -509,6 +514,7 @@ class Journal:
         self._step_extra: dict[str, Any] = {}  # what model() and tool() add to the next StepInfo
         self._taking: StepInfo | None = None  # the step _take runs now, as observers see it
         self._calls: dict[tuple[str, str], list[int]] | None = None  # see _latest_call
+        self._shielding = False  # within _shielded (this Journal is used by one task)
 
     @classmethod
     async def open(
@@ -1378,14 +1384,18 @@ class Journal:
     async def _retrying(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run ``operation`` shielded from cancellation, retrying BackendUnavailableError with
         backoff for up to WRITE_RETRY_SECONDS (journal writes and blob puts are idempotent)."""
-        delay = 0.1
-        with anyio.CancelScope(shield=True):
-            give_up = anyio.current_time() + WRITE_RETRY_SECONDS
+
+        async def attempts() -> T:
+            delay = 0.1
+            give_up: float | None = None  # counted from the first fault (no clock read before)
             while True:
                 try:
                     return await operation()
                 except BackendUnavailableError as exc:
-                    if anyio.current_time() + delay > give_up:
+                    now = anyio.current_time()
+                    if give_up is None:
+                        give_up = now + WRITE_RETRY_SECONDS
+                    if now + delay > give_up:
                         raise
                     log.warning(
                         "turn %s/%s: journal write failed (%s); retrying in %.1f s",
@@ -1396,6 +1406,21 @@ class Journal:
                     )
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 5.0)
+
+        return await self._shielded(attempts)
+
+    async def _shielded(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """``operation()`` shielded from cancellation. Inside, journal writes open no cancel
+        scope of their own: a shield in a shield changes nothing and costs a scope each (a
+        never step took five; now two and its tool's deadline)."""
+        if self._shielding:
+            return await operation()
+        with anyio.CancelScope(shield=True):
+            self._shielding = True
+            try:
+                return await operation()
+            finally:
+                self._shielding = False
         raise AssertionError("unreachable: nothing cancels this scope, so it swallows nothing")
 
     def _mismatch(
@@ -1442,7 +1467,10 @@ class Journal:
         self._check_order()
         self._check_not_suspended_or_in_tool()
         n = self._next
-        attempted = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
+
+        def attempted() -> dict[str, Any]:
+            return {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
+
         step = self._turn.steps.get(n)
         if step is not None:
             recorded = step.identity
@@ -1453,9 +1481,9 @@ class Journal:
                     old_parts = source.get("parts")
                     if isinstance(old_parts, dict):
                         detail = _request_difference(old_parts, parts[0], parts[1])
-                raise self._mismatch(n, recorded, attempted, detail)
+                raise self._mismatch(n, recorded, attempted(), detail)
         elif self._turn.reply is not None:
-            raise self._mismatch(n, "end of turn (reply recorded)", attempted)
+            raise self._mismatch(n, "end of turn (reply recorded)", attempted())
         self._next += 1
         self._started[n] = round(self._clock(), 3)
         return n
@@ -1682,12 +1710,12 @@ class Journal:
         tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
     ) -> dict[str, Any]:
         identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
-        extra, self._step_extra = self._step_extra, {}
-        info = StepInfo(n, kind, name, **{"input": preview if kind == "tool" else None, **extra})
+        extra = {"input": preview if kind == "tool" else None, **self._step_extra}
+        self._step_extra = {}
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
-            notify(self._observer, "step_replayed", info)
+            notify(self._observer, "step_replayed", StepInfo(n, kind, name, **extra))
             return await self._result(step.outcome)
         key = self.idempotency_key(n)
         deadline = math.inf
@@ -1709,13 +1737,14 @@ class Journal:
             body = {**identity, "result": result}
             await self._append([self._event("outcome", body, n)])
             self._record(n, outcome=body)
-            info = dataclasses.replace(info, replay=replay, key=key)
+            info = StepInfo(n, kind, name, replay=replay, key=key, **extra)
             notify(self._observer, "step_started", info)
             notify(self._observer, "step_finished", info, result, {}, True)
             return result
         tool = tool_run[0] if tool_run is not None else None
         if tool is not None:
             deadline = self._clock() + tool.timeout
+        intent_body: dict[str, Any] | None = None
         if step is None and replay == "never":
             key = self._reused_key(n, name, digest)
             intent_body = {
@@ -1725,19 +1754,25 @@ class Journal:
                 "timeout": tool.timeout if tool is not None else None,
                 "deadline": deadline if math.isfinite(deadline) else None,
             }
-            await self._append([self._event("intent", intent_body, n)])
-            self._record(n, intent=intent_body)
         if tool_run is not None:
-            info = dataclasses.replace(info, replay=replay, key=key)
-        self._taking = info
-        notify(self._observer, "step_started", info)
+            info = StepInfo(n, kind, name, replay=replay, key=key, **extra)
+        else:
+            info = StepInfo(n, kind, name, **extra)
         crash = self._crash
-        if crash is not None and crash.step == n and crash.when == "before_run":
-            crash.hit()
+
         # A never call runs shielded (a lost lease or SIGTERM must not cut it off half-way;
         # its own deadline bounds it, and others wait for that deadline anyway), and so is
         # every outcome's recording: once a call returned, its result must reach the log.
-        with anyio.CancelScope(shield=replay == "never" and tool_run is not None):
+        # The intent's append joins the call's shield (a write is shielded anyway, and no
+        # await comes between it and the call).
+        async def call() -> dict[str, Any]:
+            if intent_body is not None:
+                await self._append([self._event("intent", intent_body, n)])
+                self._record(n, intent=intent_body)
+            self._taking = info
+            notify(self._observer, "step_started", info)
+            if crash is not None and crash.step == n and crash.when == "before_run":
+                crash.hit()
             context: ToolContext | None = None
             if tool_run is not None:
                 context = self._tool_context(n, key, deadline)
@@ -1758,11 +1793,15 @@ class Journal:
                 result = await run(n)
             if crash is not None and crash.step == n and crash.when == "after_run":
                 crash.hit()
-            with anyio.CancelScope(shield=True):
-                return await self._keep_claiming(
+            return await self._shielded(
+                lambda: self._keep_claiming(
                     n, kind, identity, replay, result, context, parts, tool_run
                 )
-        raise AssertionError("unreachable: nothing cancels this scope, so it swallows nothing")
+            )
+
+        if replay == "never" and tool_run is not None:
+            return await self._shielded(call)
+        return await call()
 
     def _tool_context(self, n: int, key: str, deadline: float) -> ToolContext:
         return ToolContext(

@@ -421,7 +421,7 @@ class Tool:
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = context
         if inspect.iscoroutinefunction(self.fn):
-            return await cast(Callable[..., Awaitable[Any]], self.fn)(**kwargs)
+            return await cast("Callable[..., Awaitable[Any]]", self.fn)(**kwargs)
         call = _ThreadCall(lambda: self.fn(**kwargs))
         try:
             return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
