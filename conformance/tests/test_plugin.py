@@ -143,6 +143,23 @@ def test_all_skipped_for_want_of_a_server_fails_naming_the_variable(
     )
 
 
+def test_report_and_all_skipped_guard_under_xdist(pytester: pytest.Pytester) -> None:
+    """Under pytest-xdist (``make test`` runs with it) the controller collects nothing: the
+    table per area and the exit 1 of a run that checked nothing come from the workers' reports
+    (one worker is enough to have a controller that collects nothing)."""
+    pytester.makepyfile(test_w=_class("no_such_world"))
+    result = _run(pytester, "-n", "1", "-k", ONE)
+    result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*every contract test was skipped, nothing was checked*",
+            "*world conformance: results per contract area*",
+            "no_such_world*log*0*0*0*1*0*0",
+        ]
+    )
+
+
 def test_some_skipped_some_run_passes(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_w=_class("local") + "\n" + _class("no_such_world", class_name="TestOther")

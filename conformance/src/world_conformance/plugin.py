@@ -78,6 +78,7 @@ class _Tally:
 
 
 _TALLY = pytest.StashKey[_Tally]()
+_WHERE = "world_conformance_where"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -180,6 +181,9 @@ def pytest_collection_modifyitems(
                 break
         world = name or selected_world or "(no --world)"
         tally.where[item.nodeid] = (world, _area(cls, item.originalname))
+        # Under pytest-xdist the controller collects nothing: its reporter learns the World and
+        # area from each report, which carries the item's user_properties.
+        item.user_properties.append((_WHERE, "\t".join(tally.where[item.nodeid])))
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -247,6 +251,11 @@ class _Reporter:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         tally = self.tally
+        if report.nodeid not in tally.where:
+            for key, value in report.user_properties:
+                if key == _WHERE:
+                    world, _, area = str(value).partition("\t")
+                    tally.where[report.nodeid] = (world, area)
         if report.nodeid not in tally.where:
             return
         if report.when == "setup":
