@@ -7,15 +7,15 @@ The URL defaults to WORLD_TEST_POSTGRES_URL, else postgresql://postgres@127.0.0.
 One run prints a table and one JSON line:
 
 * append: ``Log.append`` of one 256-byte event against the floor, one raw asyncpg INSERT of the
-  same bytes into a (log_id, seq) table, each committed on its own. Samples are interleaved
-  (floor, world, floor ...) so drift on a shared machine hits both alike. The next row is the
-  profile of what remains: the World's own single-event INSERT through the raw driver,
+  same bytes into a (log_id, seq) table, each committed on its own. Samples are interleaved,
+  each pair in a random order, so drift on a shared machine hits both alike. The next row is
+  the profile of what remains: the World's own single-event INSERT through the raw driver,
   interleaved the same way with a floor of its own (its ratio is the server's part: seq probe,
   row lock, wake; the rest of the append's ratio is the client's: pool, retries, validation,
-  building the NewEvent), and this process's CPU time per call (``time.process_time``, taken
-  outside the timed windows) for the floor and the append: the client's part in microseconds.
-  Building the ``NewEvent`` is inside the append's timed section (it is what a caller of
-  ``Log.append`` pays; the floor's bytes and the append's bytes are both prebuilt).
+  building the NewEvent), and this process's CPU time per call (``time.process_time`` around
+  each call, read outside the wall clock's window) for the floor and the append: the client's
+  part in microseconds. Building the ``NewEvent`` is inside the append's timed section (it is
+  what a caller of ``Log.append`` pays; the floor's bytes and the append's are prebuilt).
 * queue: messages per second through enqueue then claim + ack, with 1 and 8 concurrent
   producers and workers in this process (claim takes one message per call, like procrastinate's
   fetch), against procrastinate deferring and running the same number of no-op jobs with the
@@ -32,12 +32,15 @@ dropped at the end.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
+import random
 import secrets
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -59,6 +62,16 @@ TARGETS = {
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _timed(call: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+    """One call's wall time, and this process's CPU time around it (read outside the wall
+    clock's window)."""
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    await call()
+    t1 = time.perf_counter()
+    return t1 - t0, time.process_time() - c0
 
 
 async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str, float]:
@@ -84,36 +97,47 @@ async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str,
         )
         insert = f"INSERT INTO {schema}.events (log_id, seq, data) VALUES ($1, $2, $3)"
         await world.log.append("bench-raw", [NewEvent(data=data)])  # the log's row
+        # Each pair runs in a random order, so that neither call always follows the other (what
+        # precedes a commit changes its time on a server other sessions also write to).
+        rng = random.Random(17)
+
+        async def floor_one(seq: int) -> None:
+            await conn.execute(insert, "bench-log", seq, data)
+
+        async def append_one() -> None:
+            await world.log.append("bench-log", [NewEvent(data=data)])
+
+        async def statement_one() -> None:
+            args = ("bench-raw", data, None, os.urandom(16).hex(), None, wake_key, wake_tag)
+            rows = await raw.fetch(log._append_one, *args)
+            assert rows, "the single-event INSERT found no log row"
+
         # The first 100 of each phase warm up: connections, prepared statements, plans.
         for seq in range(1, 101 + rounds):
-            c0 = time.process_time()
-            t0 = time.perf_counter()
-            await conn.execute(insert, "bench-log", seq, data)
-            t1 = time.perf_counter()
-            c1 = time.process_time()
-            t2 = time.perf_counter()
-            await world.log.append("bench-log", [NewEvent(data=data)])
-            t3 = time.perf_counter()
-            c2 = time.process_time()
+            if rng.random() < 0.5:
+                floor_took = await _timed(functools.partial(floor_one, seq))
+                append_took = await _timed(append_one)
+            else:
+                append_took = await _timed(append_one)
+                floor_took = await _timed(functools.partial(floor_one, seq))
             if seq > 100:
-                floor.append(t1 - t0)
-                append.append(t3 - t2)
-                floor_cpu.append(c1 - c0)
-                append_cpu.append(c2 - c1)
+                floor.append(floor_took[0])
+                append.append(append_took[0])
+                floor_cpu.append(floor_took[1])
+                append_cpu.append(append_took[1])
         # The statement Log.append sends for one event (log, data, key, batch, expect_tail,
         # wake key, wake tag; see _log.py), on a connection of its own, against a floor of
         # its own: a third call in the loop above would change what precedes the floor.
         for seq in range(101 + rounds, 201 + 2 * rounds):
-            t0 = time.perf_counter()
-            await conn.execute(insert, "bench-log", seq, data)
-            t1 = time.perf_counter()
-            args = ("bench-raw", data, None, os.urandom(16).hex(), None, wake_key, wake_tag)
-            rows = await raw.fetch(log._append_one, *args)
-            t2 = time.perf_counter()
-            assert rows, "the single-event INSERT found no log row"
+            if rng.random() < 0.5:
+                floor_took = await _timed(functools.partial(floor_one, seq))
+                statement_took = await _timed(statement_one)
+            else:
+                statement_took = await _timed(statement_one)
+                floor_took = await _timed(functools.partial(floor_one, seq))
             if seq > 200 + rounds:
-                statement_floor.append(t1 - t0)
-                statement.append(t2 - t1)
+                statement_floor.append(floor_took[0])
+                statement.append(statement_took[0])
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await conn.close()
