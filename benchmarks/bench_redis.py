@@ -12,8 +12,8 @@ One run prints a table and one JSON line:
   are interleaved (floor, world, floor ...) so drift on a shared machine hits all.
 * queue: messages per second through enqueue + claim + ack with 1 and 8 concurrent workers in
   this process, and with 8 worker processes (claim takes up to 16 leases per call; ack is one
-  call per lease; each worker also enqueues its share). A worker process runs 4 enqueuing tasks
-  and acks the leases of one claim at once, as a worker that handles a claimed batch
+  call per lease; each worker also enqueues its share). A worker process runs 16 enqueuing
+  tasks and acks the leases of one claim at once, as a worker that handles a claimed batch
   concurrently does: its pipe merges those calls into a few script calls per round trip (calls
   of different processes cannot merge). The row "1 by 1" is the same with one enqueuing task
   and one ack after another, a round trip each. The process rows also give the CPU spent per
@@ -43,7 +43,7 @@ One run prints a table and one JSON line:
   one process merged into one call; its records are hashes and sorted sets per queue, deleted
   at ack; lost leases are reclaimed by deadline and fenced by a token. saq has no per-delivery
   token: a job stuck in ``active`` past its timeout is requeued by a worker's periodic sweep.
-  The saq process row has our process layout: 8 processes, each with 4 enqueuing tasks and 16
+  The saq process row has our process layout: 8 processes, each with 16 enqueuing tasks and 16
   consumer tasks (dequeue + finish, one job each, as many as our claim's limit).
 
 Everything is written under a fresh namespace (and one floor key) that is deleted at the end;
@@ -240,9 +240,12 @@ async def _delete_saq_keys(queue: RedisQueue) -> None:
             await queue.redis.delete(*batch)
 
 
-PROCESS_PRODUCERS = 4
-"""Enqueuing tasks per worker process in the concurrent layout (see ``_process_worker``)."""
-SAQ_PROCESS_CONSUMERS = 16
+CLAIM_LIMIT = 16
+"""Most leases one claim of the process rows takes."""
+PROCESS_PRODUCERS = CLAIM_LIMIT
+"""Enqueuing tasks per worker process in the concurrent layout (see ``_process_worker``): it
+enqueues as many messages at once as it acks."""
+SAQ_PROCESS_CONSUMERS = CLAIM_LIMIT
 """saq consumer tasks per process in that layout: one job each, as many as our claim limit."""
 
 
@@ -282,7 +285,11 @@ def _process_worker(
                     tg.start_soon(producer, part + (1 if i < extra else 0))
                 while acked < share:
                     leases = await world.queue.claim(
-                        "bench-q-proc", "w", lease=30, limit=min(16, share - acked), wait=0.2
+                        "bench-q-proc",
+                        "w",
+                        lease=30,
+                        limit=min(CLAIM_LIMIT, share - acked),
+                        wait=0.2,
                     )
                     if concurrent:
                         async with anyio.create_task_group() as acks:
