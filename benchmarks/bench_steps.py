@@ -14,12 +14,12 @@ Two measures per store, side by side in one run:
   no-ops (one checkpoint row per step), in a child process.
 * The floor of a ``never`` step: its two durable commits done by the raw driver, each
   committed on its own with the World's durability, the same bytes as the step's intent and
-  outcome. S times in turn (so the machine's load falls on all alike): the floor pair, the
-  World's two ``log.append`` calls of those events (keyed, like the journal's), one ``never``
-  step. ``never / floor`` is the target; ``world pair - floor`` is the backend's part of
-  what remains, ``never - world pair`` the journal's (ids, JSON, events, cancel scopes); in
-  wall time, and in this process's CPU time (the client's part, less moved by a loaded
-  machine; a server's work is in its own process).
+  outcome. S times, in a random order each time (so the machine's load falls on all alike):
+  the floor pair, the World's two ``log.append`` calls of those events (keyed, like the
+  journal's), one ``never`` step. ``never / floor`` is the target; ``world pair - floor`` is
+  the backend's part of what remains, ``never - world pair`` the journal's (ids, JSON,
+  events, cancel scopes); in wall time, and in this process's CPU time (the client's part,
+  less moved by a loaded machine; a server's work is in its own process).
 
 Stores and floors:
 
@@ -49,6 +49,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import secrets
 import shutil
 import statistics
@@ -269,27 +270,31 @@ async def _floor_pairs(world: World, client: Client, floor: Floor, steps: int) -
     size = journal._appended_bytes // 2
     intent, outcome = b"i" * size, b"o" * size
     # Wall time, and this process's CPU time (less moved by other processes on a loaded
-    # machine: the client's part; a server's work is in its own process).
+    # machine: the client's part; a server's work is in its own process). The three take
+    # turns in a random order each time, so none is always the one after another (what runs
+    # just before a commit changes what it costs).
     walls: dict[str, list[float]] = {"floor": [], "world": [], "never": []}
     cpus: dict[str, list[float]] = {"floor": [], "world": [], "never": []}
+    order = random.Random(17)
+
+    async def run(what: str, i: int) -> None:
+        if what == "floor":
+            await floor.append(intent)
+            await floor.append(outcome)
+        elif what == "world":
+            await world.log.append("bench-pair", [NewEvent(key=f"step/{i}/intent", data=intent)])
+            await world.log.append("bench-pair", [NewEvent(key=f"step/{i}/outcome", data=outcome)])
+        else:
+            await journal.call(step, {"i": i})
+
     for i in range(FLOOR_WARMUP + steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        await floor.append(intent)
-        await floor.append(outcome)
-        t1, c1 = time.perf_counter(), time.process_time()
-        await world.log.append("bench-pair", [NewEvent(key=f"step/{i}/intent", data=intent)])
-        await world.log.append("bench-pair", [NewEvent(key=f"step/{i}/outcome", data=outcome)])
-        t2, c2 = time.perf_counter(), time.process_time()
-        await journal.call(step, {"i": i})
-        t3, c3 = time.perf_counter(), time.process_time()
-        if i >= FLOOR_WARMUP:
-            for what, wall, cpu in (
-                ("floor", t1 - t0, c1 - c0),
-                ("world", t2 - t1, c2 - c1),
-                ("never", t3 - t2, c3 - c2),
-            ):
-                walls[what].append(wall)
-                cpus[what].append(cpu)
+        for what in order.sample(list(walls), 3):
+            t0, c0 = time.perf_counter(), time.process_time()
+            await run(what, i)
+            t1, c1 = time.perf_counter(), time.process_time()
+            if i >= FLOOR_WARMUP:
+                walls[what].append(t1 - t0)
+                cpus[what].append(c1 - c0)
     floor_us, pair_us, never_us = (statistics.median(walls[w]) * 1e6 for w in walls)
     cpu_us = {what: round(statistics.median(values) * 1e6, 1) for what, values in cpus.items()}
     return {
