@@ -28,8 +28,10 @@ append p50/p99 (probe), turn latency p50/p99 (submit to reply), the workers' res
 at start and end, CPU (cores busy) of workers / driver / server and of the whole machine (the
 other users of a shared machine included), the load average, how late the driver submitted
 (its own lag: above 0.5 s the harness, not the World, is the limit), and the limit hit first:
-the turn backlog grows (offered > sustained) while the machine's CPU is saturated, the store's
-append latency explodes (the backend), or neither (the run kept up). ``--out`` rewrites a JSON
+the turn backlog grows (offered > sustained) while the store's append latency explodes (the
+backend), the driver's submits cannot keep up (at most 32 in flight; those still waiting 5 s
+after the window are cut and counted: the submit path), or the machine's CPU is saturated; or
+none of these (the run kept up). ``--out`` rewrites a JSON
 file after every row, so a crash loses nothing. ``mongo`` (only when named; its URL from
 ``--mongo-url`` or ``WORLD_TEST_MONGO_URL``, as ``.ci/with-servers`` sets it) is labelled
 ``mongoeco``: the figures are those of mongoeco's wire server, not of MongoDB.
@@ -404,6 +406,8 @@ async def run_row(args: argparse.Namespace, world: str, url: str, sessions: int)
         limit = f"harness: the driver's CPU is saturated ({cpu_note})"
     elif submit_errors:
         limit = f"store: {len(submit_errors)} submits refused ({submit_errors[0][:80]}...)"
+    elif append_p99 is not None and append_p99 > 0.25:  # a slow store slows submits too
+        limit = f"store: append p99 over 250 ms ({cpu_note})"
     elif late + unsubmitted > 0.02 * count:
         limit = (
             f"submit path: {late + unsubmitted} of {count} submits not done by the window's end "
@@ -411,8 +415,6 @@ async def run_row(args: argparse.Namespace, world: str, url: str, sessions: int)
         )
     elif lag_p99 > 0.5 and machine_cpu > 0.9 * cores:
         limit = f"CPU saturated, the driver starved too (lag p99 {lag_p99:.2f} s; {cpu_note})"
-    elif append_p99 is not None and append_p99 > 0.25:
-        limit = f"store: append p99 over 250 ms ({cpu_note})"
     elif machine_cpu > 0.9 * cores:
         limit = f"CPU saturated ({cpu_note})"
     elif offered_turns > 0.9 * row_args.processes * row_args.per_process / max(
