@@ -16,8 +16,13 @@ format:
 typecheck:
 	uv run --group bench mypy
 
+# Three pytest-xdist workers: much of a test's time is waiting (child processes starting, leases
+# running out, servers answering), so three keep two cores busy. Every test opens a namespace or
+# folder of its own and servers on free ports; the MongoDB tests keep to one worker (their
+# single-threaded test server: world_mongo/tests/conftest.py), hence --dist loadgroup.
+TEST_WORKERS ?= 3
 test: sync
-	.ci/with-servers uv run pytest
+	.ci/with-servers uv run pytest -n $(TEST_WORKERS) --dist loadgroup
 
 demo: sync
 	uv run world demo

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,18 @@ from world_mongo import MongoWorld, connect
 def _required() -> bool:
     names = {p.strip().lower() for p in os.environ.get("WORLD_REQUIRE", "").split(",")}
     return bool(names & {"all", "mongo", "world_mongo", "world-mongo"})
+
+
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in this folder to one pytest-xdist worker (``make test`` runs with --dist
+    loadgroup): the test server, mongoeco, is one single-threaded process, and with two workers'
+    tests queued on it the 160-turn history contract ran past its 120 s timeout."""
+    for item in items:
+        if item.path.is_relative_to(_HERE):
+            item.add_marker(pytest.mark.xdist_group("mongo"))
 
 
 @pytest.fixture(scope="session")
