@@ -16,12 +16,13 @@ from world_core.errors import (
     ClosedError,
     ConfigurationError,
     ConflictError,
+    DuplicateKeyError,
     InvalidArgumentError,
     InvalidIdentifierError,
     WorldError,
 )
 from world_core.spi import MAX_ID_BYTES, NewEvent, OutboxMessage
-from world_local import LocalWorld, connect
+from world_local import LocalWorld, _space, connect
 from world_local import _outbox as outbox
 from world_local._files import encode_frame
 from world_local._log import LogFile
@@ -356,3 +357,109 @@ async def test_refused_first_append_leaves_no_visible_log(world: LocalWorld) -> 
     with pytest.raises(ConflictError):
         await world.stream.write("new", [b"x"], expect_next=2)
     assert (await world.stream.info("new")).next_index == 0
+
+
+def _small_cache(monkeypatch: pytest.MonkeyPatch, records: int, recent: int = 1) -> None:
+    monkeypatch.setattr(_space, "CACHED_RECORDS", records)
+    monkeypatch.setattr(_space, "CACHED_RECENT", recent)
+
+
+def _held(world: LocalWorld) -> list[int]:
+    """The records each cached file indexes, checking the namespace's running total."""
+    space = world._space
+    held = [file.held for file in space._files.values()]
+    assert space._held == sum(held)
+    return held
+
+
+async def test_cached_records_are_bounded_and_a_dropped_log_is_read_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _small_cache(monkeypatch, 50)
+    async with await connect(url=str(tmp_path / "store"), namespace="t") as world:
+        for i in range(10):
+            for n in range(4):
+                batch = [NewEvent(data=f"{i}.{n}.{k}".encode(), key=f"k{n}.{k}") for k in range(5)]
+                await world.log.append(f"l{i}", batch)
+                assert sum(_held(world)) <= 50
+        assert ("logs", "l0") not in world._space._files
+        events = await world.log.read("l0")
+        assert [(e.seq, e.data, e.key) for e in events] == [
+            (n * 5 + k + 1, f"0.{n}.{k}".encode(), f"k{n}.{k}") for n in range(4) for k in range(5)
+        ]
+        await world.log.append("l9", [NewEvent(data=b"x")] * 40)  # drops l0 again
+        assert ("logs", "l0") not in world._space._files
+        found = await world.log.get("l0", "k2.3")
+        assert found is not None
+        assert (found.seq, found.data) == (14, b"0.2.3")
+        with pytest.raises(DuplicateKeyError):
+            await world.log.append("l0", [NewEvent(data=b"again", key="k0.0")])
+        with pytest.raises(ConflictError):
+            await world.log.append("l0", [NewEvent(data=b"late")], expect_tail=19)
+        assert await world.log.append("l0", [NewEvent(data=b"next")], expect_tail=20) == 21
+        assert await world.log.tail("l0") == 21
+        # One file over the bound alone is kept (it is in use), and streams count too.
+        await world.stream.write("s", [b"c"] * 60)
+        assert _held(world) == [60]
+        await world.stream.close("s")
+        assert len([chunk async for chunk in world.stream.read("s", start=0)]) == 60
+
+
+async def test_a_dropped_log_sees_what_another_process_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _small_cache(monkeypatch, 10)
+    url = str(tmp_path / "store")
+    async with (
+        await connect(url=url, namespace="t") as mine,
+        await connect(url=url, namespace="t") as other,
+    ):
+        assert await mine.log.append("x", [NewEvent(data=b"m")] * 8) == 8
+        assert await other.log.append("x", [NewEvent(data=b"o", key="o")]) == 9
+        await mine.log.append("y", [NewEvent(data=b"y")] * 8)  # drops x from mine's cache
+        assert ("logs", "x") not in mine._space._files
+        assert [e.data for e in await mine.log.read("x")] == [b"m"] * 8 + [b"o"]
+        with pytest.raises(DuplicateKeyError):
+            await mine.log.append("x", [NewEvent(data=b"m", key="o")])
+        assert await mine.log.append("x", [NewEvent(data=b"m")], expect_tail=9) == 10
+        assert await other.log.tail("x") == 10
+
+
+async def test_the_files_used_last_stay_cached_over_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _small_cache(monkeypatch, 10, recent=_space.CACHED_RECENT)
+    async with await connect(url=str(tmp_path / "store"), namespace="t") as world:
+        await world.log.append("long", [NewEvent(data=b"e")] * 30)
+        kept = world._space._files[("logs", "long")]
+        for _ in range(3):
+            await world.queue.enqueue("q", b"m")
+            await world.log.append("long", [NewEvent(data=b"e")])
+        assert world._space._files[("logs", "long")] is kept
+        assert sorted(_held(world)) == [3, 33]
+        for i in range(_space.CACHED_RECENT):
+            await world.stream.write(f"s{i}", [b"c"])
+        assert ("logs", "long") not in world._space._files
+        assert sum(_held(world)) == _space.CACHED_RECENT
+
+
+async def test_cache_bound_holds_under_concurrent_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _small_cache(monkeypatch, 30)
+    async with await connect(url=str(tmp_path / "store"), namespace="t") as world:
+
+        async def session(i: int) -> None:
+            for n in range(10):
+                await world.log.append(f"s{i}", [NewEvent(data=f"{i}.{n}".encode())] * 2)
+                assert len(await world.log.read(f"s{(i + 1) % 8}")) % 2 == 0
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                for i in range(8):
+                    tg.start_soon(session, i)
+        assert sum(_held(world)) <= 30
+        for i in range(8):
+            assert [e.data for e in await world.log.read(f"s{i}")] == [
+                f"{i}.{n}".encode() for n in range(10) for _ in range(2)
+            ]

@@ -184,9 +184,15 @@ class FoldedFile:
 
     kind: ClassVar[str]
 
-    def __init__(self, path: Path, ident: str) -> None:
+    def __init__(
+        self, path: Path, ident: str, resized: Callable[[FoldedFile], None] | None = None
+    ) -> None:
         self.path = path
         self.ident = ident
+        self.resized = resized
+        """Called, holding ``mutex``, when :attr:`held` differs from :attr:`reported`."""
+        self.reported = 0
+        """:attr:`held` as ``resized`` last recorded it (it sets this)."""
         self.mutex = threading.Lock()
         self.uuid: str | None = None
         self.end = 0
@@ -201,14 +207,25 @@ class FoldedFile:
         raise NotImplementedError
 
     @property
+    def held(self) -> int:
+        """Records the state indexes in memory (one entry per event, chunk or message): what
+        a cache of folded files counts."""
+        raise NotImplementedError
+
+    @property
     def exists(self) -> bool:
         return self.uuid is not None
+
+    def _report(self) -> None:
+        if self.resized is not None and self.held != self.reported:
+            self.resized(self)
 
     def _sync(self, fd: int | None) -> None:
         """Bring the state up to the last whole frame of the file open at ``fd``."""
         if fd is None:
             self.uuid, self.end = None, 0
             self.reset()
+            self._report()
             return
         header = read_frame(fd, 0)
         if header is None:  # files are linked into place whole, so this is not a crash
@@ -222,6 +239,7 @@ class FoldedFile:
         while (frame := read_frame(fd, self.end)) is not None:
             self.end, meta, blobs = frame
             self.apply(meta, blobs)
+        self._report()
 
     def reading(self, fn: Callable[[int | None], R]) -> R:
         """Run ``fn(fd)`` on fresh state without taking the file lock; fd is None if missing."""
@@ -274,6 +292,7 @@ class FoldedFile:
         meta, blobs = _parse_body(frame[_HEAD.size :], start)
         self.end = start + len(frame) - _HEAD.size
         self.apply(meta, blobs)
+        self._report()
 
     def replace(self, frames: Sequence[bytes]) -> None:
         """Atomically swap the file for a new one (new uuid) holding ``frames`` after a header.

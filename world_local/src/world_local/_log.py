@@ -54,6 +54,10 @@ class LogFile(FoldedFile):
             self.status = meta["status"]
 
     @property
+    def held(self) -> int:
+        return len(self.events)
+
+    @property
     def tail(self) -> int:
         return len(self.events)
 

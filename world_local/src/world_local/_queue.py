@@ -106,6 +106,10 @@ class QueueFile(FoldedFile):
                 self.next_order, op.get("order", 0) + 1, op.get("dead_order", 0) + 1
             )
 
+    @property
+    def held(self) -> int:
+        return len(self.messages)
+
     def live(self, lease: Lease) -> Message:
         message = self.messages.get(lease.message_id)
         if message is None or message.dead is not None or message.token != lease.token:

@@ -28,6 +28,8 @@ from world_local._files import DamagedStoreError, FoldedFile, fsync_dir, read_fr
 
 __all__ = [
     "CACHED_FILES",
+    "CACHED_RECENT",
+    "CACHED_RECORDS",
     "ENV_DIR",
     "KINDS",
     "POLL_MAX",
@@ -48,6 +50,14 @@ KINDS = ("logs", "queues", "streams", "outbox")
 
 CACHED_FILES = 4096
 """Folded files kept in memory per namespace; the least recently used go beyond that."""
+CACHED_RECORDS = 16_384
+"""Records (log events, stream chunks, queue messages) the folded files kept in memory per
+namespace index together, at about 300 bytes each (about 5 MiB). Beyond that the least
+recently used files go, down to the CACHED_RECENT used last whatever their size. A file that
+went is folded again from disk when next used, as one never cached."""
+CACHED_RECENT = 16
+"""The files used last, kept over CACHED_RECORDS: a long log and the queue a worker uses with
+it do not push each other out (and get folded again from disk) at every call."""
 
 POLL_MIN = 0.005
 """First wait between two looks at a file another process may change (seconds)."""
@@ -78,6 +88,7 @@ class Space:
         self._made = False  # the folders exist: made (or found) by this process's first write
         self._files: OrderedDict[tuple[str, str], FoldedFile] = OrderedDict()
         self._files_mutex = threading.Lock()
+        self._held = 0  # records the cached files index: the sum of their ``reported``
         self._names: dict[tuple[str, str], str] = {}
         # Per object, one event per event loop: a World may be used by one loop after another.
         self._events: dict[tuple[str, str], dict[object, anyio.Event]] = {}
@@ -88,15 +99,34 @@ class Space:
         with self._files_mutex:
             found = self._files.get(key)
             if found is None:
-                found = self._files[key] = cls(self.folder / cls.kind / file_name(ident), ident)
-                if len(self._files) > CACHED_FILES:
-                    # Safe even while in use: a second FoldedFile of the same file is
-                    # excluded by flock like another process, and reads it afresh.
-                    self._files.popitem(last=False)
+                path = self.folder / cls.kind / file_name(ident)
+                found = self._files[key] = cls(path, ident, self._resized)
+                self._trim()
             else:
                 self._files.move_to_end(key)
         assert isinstance(found, cls)
         return found
+
+    def _resized(self, file: FoldedFile) -> None:
+        """Count the change of ``file.held`` (called holding ``file.mutex``), then trim."""
+        with self._files_mutex:
+            held, before = file.held, file.reported
+            file.reported = held
+            if self._files.get((file.kind, file.ident)) is file:  # not a file trimmed away
+                self._held += held - before
+                self._trim()
+
+    def _trim(self) -> None:
+        """Drop the least recently used files while over CACHED_FILES, or over CACHED_RECORDS
+        beyond the CACHED_RECENT used last; call holding ``_files_mutex``. Safe even for a
+        file in use: a second FoldedFile of the same file is excluded by flock like another
+        process's, and folds the file afresh (each use reads what was committed since it last
+        looked)."""
+        while len(self._files) > CACHED_FILES or (
+            self._held > CACHED_RECORDS and len(self._files) > CACHED_RECENT
+        ):
+            _, old = self._files.popitem(last=False)
+            self._held -= old.reported
 
     def ident_of(self, cls: type[FoldedFile], path: Path) -> str | None:
         """The identifier kept in the header of the file at ``path``; None if it is gone."""
@@ -122,6 +152,7 @@ class Space:
     def forget(self) -> None:
         with self._files_mutex:
             self._files.clear()
+            self._held = 0
 
     def make_folders(self) -> None:
         """Create the namespace's folders (and their parents) if missing; blocking. Safe in any

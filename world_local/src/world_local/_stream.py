@@ -35,6 +35,10 @@ class StreamFile(FoldedFile):
         self.chunks.extend((offset, len(data)) for offset, data in blobs)
         self.closed = self.closed or bool(meta.get("closed"))
 
+    @property
+    def held(self) -> int:
+        return len(self.chunks)
+
     def info(self) -> StreamInfo:
         return StreamInfo(stream_id=self.ident, next_index=len(self.chunks), closed=self.closed)
 
