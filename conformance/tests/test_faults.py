@@ -22,6 +22,9 @@ class TestFaulty(WorldContract):
     world_name = {name!r}
     model_settings = settings(
         max_examples=40,  # more than the default 12: a missed fault would fail this check
+        # A fixed sequence of examples, checked to reach every fault below: a random one
+        # missed status_ignored once in a few hundred runs, a flaky check.
+        derandomize=True,
         stateful_step_count=25,
         deadline=None,
         database=None,
