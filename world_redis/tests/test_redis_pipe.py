@@ -235,7 +235,9 @@ async def test_a_merged_enqueue_leaves_one_wake_up_token_per_message(rworld: Red
     commands = pipe.commands
     with anyio.fail_after(WAIT):
         await asyncio.gather(*(queue.enqueue("q", b"%d" % i) for i in range(6)))
-    assert pipe.commands - commands == 2  # one alone, five merged
+    # At least one call merged several enqueues (typically one alone, then five merged; how
+    # they split depends on when the pipe's writer runs, which load can shift: 4 seen in CI).
+    assert 2 <= pipe.commands - commands < 6
     assert await pipe.call(_command("LLEN", signal)) == 6
     with anyio.fail_after(WAIT):
         await asyncio.gather(*(queue.enqueue("q", b"more") for _ in range(100)))
