@@ -79,6 +79,20 @@ async def _timed(call: Callable[[], Awaitable[object]]) -> tuple[float, float]:
     return t1 - t0, time.process_time() - c0
 
 
+async def _pair(
+    rng: random.Random,
+    floor: Callable[[], Awaitable[object]],
+    other: Callable[[], Awaitable[object]],
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Time the floor and the other call once each, in a random order (neither is always the
+    one after the other); returns their (wall, CPU) seconds, floor first."""
+    if rng.random() < 0.5:
+        floor_took = await _timed(floor)
+        return floor_took, await _timed(other)
+    other_took = await _timed(other)
+    return await _timed(floor), other_took
+
+
 async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str, float]:
     conn: Any = await asyncpg.connect(url)
     raw: Any = await asyncpg.connect(url)
@@ -119,12 +133,9 @@ async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str,
 
         # The first 100 of each phase warm up: connections, prepared statements, plans.
         for seq in range(1, 101 + rounds):
-            if rng.random() < 0.5:
-                floor_took = await _timed(functools.partial(floor_one, seq))
-                append_took = await _timed(append_one)
-            else:
-                append_took = await _timed(append_one)
-                floor_took = await _timed(functools.partial(floor_one, seq))
+            floor_took, append_took = await _pair(
+                rng, functools.partial(floor_one, seq), append_one
+            )
             if seq > 100:
                 floor.append(floor_took[0])
                 append.append(append_took[0])
@@ -134,12 +145,9 @@ async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str,
         # wake key, wake tag; see _log.py), on a connection of its own, against a floor of
         # its own: a third call in the loop above would change what precedes the floor.
         for seq in range(101 + rounds, 201 + 2 * rounds):
-            if rng.random() < 0.5:
-                floor_took = await _timed(functools.partial(floor_one, seq))
-                statement_took = await _timed(statement_one)
-            else:
-                statement_took = await _timed(statement_one)
-                floor_took = await _timed(functools.partial(floor_one, seq))
+            floor_took, statement_took = await _pair(
+                rng, functools.partial(floor_one, seq), statement_one
+            )
             if seq > 200 + rounds:
                 statement_floor.append(floor_took[0])
                 statement.append(statement_took[0])
