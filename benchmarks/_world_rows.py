@@ -3,10 +3,14 @@ queue draining, stream write-to-read latency."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -144,3 +148,19 @@ async def drain(world: World, queue: str, messages: int, workers: int) -> float:
     if done != messages:
         raise RuntimeError(f"the queue run processed {done} of {messages} messages")
     return elapsed
+
+
+def run_and_print(run: Callable[[Path], list[Row]], folder: Path, about: str, indent: bool) -> None:
+    """``run(folder)``, the folder removed after; then ``about`` with the load average at the
+    start and the time taken, the table, and one JSON summary (indented with ``indent``)."""
+    load = os.getloadavg()
+    try:
+        started = time.perf_counter()
+        rows = run(folder)
+        elapsed = time.perf_counter() - started
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"{about}; load average {load[0]:.2f} at the start; {elapsed:.1f} s in all")
+    print(table(rows))
+    summary = {"load_average": load[0], "elapsed_s": elapsed, "rows": rows}
+    print(json.dumps(summary, indent=2) if indent else json.dumps(summary))

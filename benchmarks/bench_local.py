@@ -48,17 +48,14 @@ seconds with ``--quick``, about half a minute with the defaults.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
-from _world_rows import Row, drain, ms, pair_rows, pairs, table, write_to_read
+from _world_rows import Row, drain, ms, pair_rows, pairs, run_and_print, write_to_read
 
 from world_core import NewEvent
 from world_local import LocalWorld, connect
@@ -168,20 +165,8 @@ def main() -> None:
             max(1, n // 10) for n in (args.appends, args.messages, args.chunks)
         )
     folder = Path(tempfile.mkdtemp(prefix="bench-local-", dir=args.folder))
-    load = os.getloadavg()
-    try:
-        started = time.perf_counter()
-        rows = anyio.run(run, args, folder)
-        elapsed = time.perf_counter() - started
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    print(
-        f"local World on {folder.parent}; Python {sys.version.split()[0]}; load average "
-        f"{load[0]:.2f} at the start; {elapsed:.1f} s in all"
-    )
-    print(table(rows))
-    summary = {"load_average": load[0], "elapsed_s": elapsed, "rows": rows}
-    print(json.dumps(summary, indent=2) if args.json else json.dumps(summary))
+    about = f"local World on {folder.parent}; Python {sys.version.split()[0]}"
+    run_and_print(lambda at: anyio.run(run, args, at), folder, about, args.json)
 
 
 if __name__ == "__main__":

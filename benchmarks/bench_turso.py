@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -63,7 +62,7 @@ from typing import Protocol, cast
 
 import anyio
 import libsql
-from _world_rows import Row, drain, pair_rows, pairs, table, write_to_read
+from _world_rows import Row, drain, pair_rows, pairs, run_and_print, write_to_read
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from world_core import NewEvent
@@ -306,21 +305,11 @@ def main() -> None:
         anyio.run(queue_child, *args.queue_child)
         return
     folder = Path(tempfile.mkdtemp(prefix="bench-turso-"))
-    load = os.getloadavg()
-    try:
-        started = time.perf_counter()
-        results = anyio.run(run, args, folder)
-        elapsed = time.perf_counter() - started
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    print(
+    about = (
         f"libsql {metadata.version('libsql')} on one local file, WAL, synchronous=FULL; "
-        f"Python {sys.version.split()[0]}; load average {load[0]:.2f} at the start; "
-        f"{elapsed:.1f} s in all"
+        f"Python {sys.version.split()[0]}"
     )
-    print(table(results))
-    summary = {"load_average": load[0], "elapsed_s": elapsed, "rows": results}
-    print(json.dumps(summary, indent=2) if args.json else json.dumps(summary))
+    run_and_print(lambda at: anyio.run(run, args, at), folder, about, args.json)
 
 
 if __name__ == "__main__":
