@@ -106,7 +106,7 @@ async def bench_append(world: MongoWorld, url: str, database: str, n: int) -> li
         return result
 
     segments.flush = timed_flush  # type: ignore[method-assign]  # timed for this run only
-    segments.try_commit = timed_commit  # type: ignore[method-assign]
+    segments.try_commit = timed_commit  # type: ignore[method-assign]  # likewise
     try:
         for i in range(WARMUP + n):
             t0 = time.perf_counter()
