@@ -140,7 +140,7 @@ def test_process_contracts_catch_a_private_store_declared_shared(
 
 
 def test_polling_world_not_declared_native_passes(pytester: pytest.Pytester) -> None:
-    """The control of ``polling_declared_native``: the same watch polling every 2.5 s passes
+    """The control of ``polling_declared_native``: the same watch polling every 8 s passes
     the wake-up contract when ``native_wakeups`` is left false (only being woken is asked)."""
     pytester.makepyfile(test_faulty=CLASS.format(name="faulty_worlds:polling_honest"))
     _run(pytester, "test_process_waiters_woken_by_other_process").assert_outcomes(passed=1)
