@@ -11,7 +11,7 @@ import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import pytest
@@ -102,6 +102,51 @@ async def test_bad_connect_timeout_is_refused(
     monkeypatch.setenv("WORKFLOW_REDIS_CONNECT_TIMEOUT", value)
     with pytest.raises(ConfigurationError, match="WORKFLOW_REDIS_CONNECT_TIMEOUT"):
         await connect(url=single_url)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "1.5"])
+async def test_bad_max_waits_is_refused(
+    monkeypatch: pytest.MonkeyPatch, single_url: str, value: str
+) -> None:
+    monkeypatch.setenv("WORKFLOW_REDIS_MAX_WAITS", value)
+    with pytest.raises(ConfigurationError, match="WORKFLOW_REDIS_MAX_WAITS"):
+        await connect(url=single_url)
+
+
+async def test_waits_past_max_waits_say_which_setting_to_raise(
+    monkeypatch: pytest.MonkeyPatch, single_url: str
+) -> None:
+    """With WORKFLOW_REDIS_MAX_WAITS=2, two watches asleep hold both blocking connections; a
+    third waiter is refused at once with the setting named, and the two still work."""
+    monkeypatch.setenv("WORKFLOW_REDIS_MAX_WAITS", "2")
+    world = await connect(url=single_url, namespace=f"wrt_{secrets.token_hex(8)}")
+    try:
+        assert world.settings()["max_waits"] == "2"
+        blocking: Any = world._conn.blocking
+        pool = blocking.connection_pool
+        seen: list[str] = []
+
+        async def watch(log_id: str) -> None:
+            async for event in world.log.watch(log_id):
+                seen.append(f"{log_id}:{event.seq}")
+                return
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch, "a")
+                tg.start_soon(watch, "b")
+                while len(pool._in_use_connections) < 2:  # noqa: ASYNC110 (both in XREAD BLOCK)
+                    await anyio.sleep(0.01)
+                with pytest.raises(BackendUnavailableError) as caught:
+                    await anext(aiter(world.log.watch("c")))
+                message = str(caught.value)
+                assert "raise WORKFLOW_REDIS_MAX_WAITS (now 2)" in message, message
+                await world.log.append("a", [NewEvent(data=b"x")])
+                await world.log.append("b", [NewEvent(data=b"y")])
+        assert sorted(seen) == ["a:1", "b:1"]
+    finally:
+        await world.purge()
+        await world.aclose()
 
 
 async def test_the_connect_timeout_is_shown(

@@ -208,6 +208,35 @@ async def test_claim_wait_is_woken_by_enqueue_from_another_connection(
         await other.aclose()
 
 
+async def test_claims_waiting_on_one_queue_share_one_blocking_connection(
+    rworld: RedisWorld,
+) -> None:
+    """150 claims of one World asleep on one queue (more than redis-py's default pool of
+    100) take turns on one BLPOP instead of a connection each; 150 enqueues wake all of them,
+    each with a message of its own."""
+    got: list[bytes] = []
+
+    async def waiter() -> None:
+        leases = await rworld.queue.claim("q", "w", lease=30, wait=WAIT)
+        got.extend(lease.payload for lease in leases)
+
+    sleepers = rworld.queue._sleepers  # type: ignore[attr-defined]
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            for _ in range(150):
+                tg.start_soon(waiter)
+            while sum(entry.count for entry in sleepers.values()) < 150:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            if not rworld.cluster:
+                blocking: Any = rworld._conn.blocking
+                pool = blocking.connection_pool
+                assert len(pool._in_use_connections) == 1
+            for i in range(150):
+                await rworld.queue.enqueue("q", str(i).encode())
+    assert sorted(got) == sorted(str(i).encode() for i in range(150))
+    assert sleepers == {}
+
+
 async def test_delayed_message_becomes_visible(rworld: RedisWorld) -> None:
     await rworld.queue.enqueue("q", b"later", delay=0.2)
     await rworld.queue.enqueue("q", b"now")

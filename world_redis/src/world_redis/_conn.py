@@ -30,7 +30,14 @@ from world_core.errors import (
 from world_redis._pipe import Encode, Pipe, encode_command, encode_head
 from world_redis._scripts import Script
 
-__all__ = ["Connection", "connect_timeout", "open_connection", "resolve_url", "translate"]
+__all__ = [
+    "Connection",
+    "connect_timeout",
+    "max_waits",
+    "open_connection",
+    "resolve_url",
+    "translate",
+]
 
 Client = Redis | RedisCluster
 Arg = bytes | str | int | float
@@ -42,6 +49,11 @@ URL_VARIABLE = "WORKFLOW_REDIS_URL"
 CONNECT_TIMEOUT_VARIABLE = "WORKFLOW_REDIS_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds to open a World (connect and first answer), and for each later TCP connect."""
+MAX_WAITS_VARIABLE = "WORKFLOW_REDIS_MAX_WAITS"
+DEFAULT_MAX_WAITS = 1000
+"""Blocking calls (XREAD BLOCK, BLPOP) one World may have in flight at once, on as many
+connections (per node on a cluster). Claims waiting on the same queue share one, so what counts
+is log watches, stream reads and queues waited on at once. redis-py's own default is 100."""
 
 _SOCKET_TIMEOUT = 30.0
 _TRANSIENT_PREFIXES = (
@@ -216,6 +228,9 @@ class Connection:
         self.safe_url = redact(url)
         self.connect_timeout = connect_timeout
         self._closed = False
+        pool: Any = blocking.connection_pool if isinstance(blocking, Redis) else None
+        self.max_waits: int = pool.max_connections if pool is not None else max_waits()
+        """The blocking client's connection cap (``WORKFLOW_REDIS_MAX_WAITS``)."""
         self.pipe = (
             None
             if isinstance(main, RedisCluster)
@@ -408,8 +423,16 @@ class Connection:
         """One blocking command on the blocking client, bounded by a client-side deadline too
         (a silent network drop must not hang a waiter forever)."""
         client: Any = self.blocking
-        with anyio.fail_after(BLOCK_SECONDS + _SOCKET_TIMEOUT):
-            return await client.execute_command(*args)
+        try:
+            with anyio.fail_after(BLOCK_SECONDS + _SOCKET_TIMEOUT):
+                return await client.execute_command(*args)
+        except rexc.MaxConnectionsError as exc:
+            raise BackendUnavailableError(
+                f"this World already has {self.max_waits} blocking waits in flight (log "
+                "watches, stream reads, queues waited on), each on a connection of its own; "
+                f"raise {MAX_WAITS_VARIABLE} (now {self.max_waits}) or wait on fewer at once. "
+                "Nothing was done"
+            ) from exc
 
     async def aclose(self) -> None:
         if self._closed:
@@ -428,9 +451,16 @@ def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
+def _pool_size(blocking: bool) -> int:
+    # Only the blocking client's is set: the main one's calls are short, and script calls go
+    # through the pipes, which have connections of their own. 100 is redis-py's default.
+    return max_waits() if blocking else 100
+
+
 def _single(url: str, *, blocking: bool, timeout: float) -> Redis:
     return Redis.from_url(
         url,
+        max_connections=_pool_size(blocking),
         retry=_no_retry(),
         socket_timeout=None if blocking else _SOCKET_TIMEOUT,
         socket_connect_timeout=timeout,
@@ -441,6 +471,7 @@ def _single(url: str, *, blocking: bool, timeout: float) -> Redis:
 def _cluster(url: str, *, blocking: bool, timeout: float) -> RedisCluster:
     return RedisCluster.from_url(
         url,
+        max_connections=_pool_size(blocking),
         retry=_no_retry(),
         socket_timeout=None if blocking else _SOCKET_TIMEOUT,
         socket_connect_timeout=timeout,
@@ -477,6 +508,23 @@ def connect_timeout() -> float:
     return value
 
 
+def max_waits() -> int:
+    """``WORKFLOW_REDIS_MAX_WAITS`` (a positive integer), else the default."""
+    raw = os.environ.get(MAX_WAITS_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_MAX_WAITS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigurationError(
+            f"{MAX_WAITS_VARIABLE}={raw!r} is not a positive whole number of blocking waits "
+            f"(connections) a World may hold at once; unset it for {DEFAULT_MAX_WAITS}"
+        )
+    return value
+
+
 def _address(parts: SplitResult) -> str:
     if parts.scheme.lower() == "unix":
         return parts.path
@@ -498,6 +546,7 @@ async def open_connection(url: str, source: str = URL_VARIABLE) -> Connection:
     failure is not retried and names ``source``, the address and the system's reason.
     """
     timeout = connect_timeout()
+    max_waits()  # a bad setting is refused before anything connects
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("redis", "rediss", "unix", *_CLUSTER_SCHEMES):

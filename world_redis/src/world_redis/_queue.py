@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
 
 from world_core.errors import BackendUnavailableError, LeaseLostError, NotFoundError
 from world_core.spi import (
@@ -59,10 +62,52 @@ def _lost(lease: Lease, what: str) -> LeaseLostError:
     )
 
 
+@dataclass
+class _Sleepers:
+    """The claims of one World asleep on one queue's signal list."""
+
+    turn: anyio.Lock = field(default_factory=anyio.Lock)
+    count: int = 0
+
+
 class RedisQueue(Queue):
     def __init__(self, conn: Connection, keys: Keys) -> None:
         self._conn = conn
         self._keys = keys
+        self._sleepers: dict[str, _Sleepers] = {}
+
+    async def _sleep(self, signal: str, seconds: float) -> None:
+        """Sleep on ``signal`` until a wake-up token, or ``seconds``.
+
+        The claims of this World waiting on one queue take turns: one BLPOP at a time, on one
+        connection, the others wait for their turn (first come, first served). A token wakes
+        the claim whose BLPOP took it, which hands the turn on at once and claims. Without
+        this, every waiting claim held a connection of its own: a process of 150 worker loops
+        on one queue ran out of redis-py's 100 and half its claims failed. A claim whose
+        ``seconds`` end while it waits for its turn returns to look at the queue itself.
+        """
+        sleepers = self._sleepers.get(signal)
+        if sleepers is None:
+            sleepers = self._sleepers[signal] = _Sleepers()
+        sleepers.count += 1
+        try:
+            end = anyio.current_time() + seconds
+            turn = False
+            with anyio.move_on_after(seconds):
+                await sleepers.turn.acquire()  # cancelled: not acquired (anyio's guarantee)
+                turn = True
+            if not turn:
+                return
+            try:
+                left = end - anyio.current_time()
+                if left > 0:
+                    await wait_on(self._conn, "claim wait", "BLPOP", signal, max(left, 0.001))
+            finally:
+                sleepers.turn.release()
+        finally:
+            sleepers.count -= 1
+            if sleepers.count == 0:
+                del self._sleepers[signal]
 
     async def enqueue(
         self,
@@ -133,7 +178,7 @@ class RedisQueue(Queue):
             if next_due is not None:
                 timeout = min(timeout, next_due)
             if timeout > 0:
-                await wait_on(self._conn, "claim wait", "BLPOP", signal, max(timeout, 0.001))
+                await self._sleep(signal, timeout)
             leases, next_due = await self._claim_once(queue, lease, limit)
             if leases:
                 return leases

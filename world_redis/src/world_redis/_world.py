@@ -49,6 +49,7 @@ class RedisWorld(World):
             "namespace": self.namespace,
             "mode": "cluster" if self._conn.cluster else "single",
             "connect_timeout": f"{self._conn.connect_timeout:g}",
+            "max_waits": str(self._conn.max_waits),
         }
 
     def __repr__(self) -> str:
