@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from world_conformance._world import WorldContract
     from world_conformance.documents import DocumentsContract
     from world_conformance.journal import JournalContract
+    from world_conformance.journal_delete import JournalDeleteContract
     from world_conformance.journal_history import JournalHistoryContract
     from world_conformance.journal_order import JournalOrderContract
     from world_conformance.journal_resilience import JournalResilienceContract
@@ -63,6 +64,7 @@ __all__ = [
     "IsolationContract",
     "JournalChildContract",
     "JournalContract",
+    "JournalDeleteContract",
     "JournalHistoryContract",
     "JournalOrderContract",
     "JournalResilienceContract",
@@ -96,6 +98,7 @@ _HOME = {
     "IsolationContract": "_isolation",
     "JournalChildContract": "journal_waits",
     "JournalContract": "journal",
+    "JournalDeleteContract": "journal_delete",
     "JournalHistoryContract": "journal_history",
     "JournalOrderContract": "journal_order",
     "JournalResilienceContract": "journal_resilience",

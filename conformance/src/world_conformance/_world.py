@@ -14,6 +14,7 @@ from world_conformance._storage import StorageContract
 from world_conformance._stream import StreamContract
 from world_conformance.documents import DocumentsContract
 from world_conformance.journal import JournalContract
+from world_conformance.journal_delete import JournalDeleteContract
 from world_conformance.journal_history import JournalHistoryContract
 from world_conformance.journal_order import JournalOrderContract
 from world_conformance.journal_resilience import JournalResilienceContract
@@ -50,6 +51,7 @@ class WorldContract(
     JournalVersioningContract,
     JournalChildContract,
     JournalHistoryContract,
+    JournalDeleteContract,
     JournalShellContract,
     DocumentsContract,
     WorkspaceContract,

@@ -43,9 +43,10 @@ from world_core.errors import (
     WorldError,
 )
 from world_core.journal._agent import Agent
-from world_core.journal._blobs import BlobRef, Blobs
+from world_core.journal._blobs import BlobRef, Blobs, session_blobs
 from world_core.journal._client import DEFAULT_QUEUE, Client, TurnStatus
 from world_core.journal._crash import CrashPoint, SimulatedCrash, parse_crash_at
+from world_core.journal._delete import delete_session
 from world_core.journal._history import (
     SessionHistory,
     dump_history,
@@ -173,6 +174,7 @@ __all__ = [
     "bash_tool",
     "canonical_json",
     "default_shell",
+    "delete_session",
     "digest_of",
     "dump_history",
     "format_report",
@@ -181,6 +183,7 @@ __all__ = [
     "read_histories",
     "read_history",
     "replay_check",
+    "session_blobs",
     "session_log_id",
     "sign_signal",
     "idempotency_key",

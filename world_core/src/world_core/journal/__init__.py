@@ -6,9 +6,10 @@ observers and adapters build on its public names.
 """
 
 from world_core.journal._agent import Agent
-from world_core.journal._blobs import BlobRef, Blobs
+from world_core.journal._blobs import BlobRef, Blobs, blob_scope, session_blobs
 from world_core.journal._client import DEFAULT_QUEUE, Client, TurnStatus
 from world_core.journal._crash import CrashPoint, SimulatedCrash, parse_crash_at
+from world_core.journal._delete import SESSION_LOG_KINDS, delete_session, session_digest
 from world_core.journal._history import (
     HISTORY_FORMAT,
     SessionHistory,
@@ -158,7 +159,12 @@ __all__ = [
     "read_history",
     "read_state",
     "replay_check",
+    "blob_scope",
+    "delete_session",
+    "SESSION_LOG_KINDS",
+    "session_blobs",
     "session_chain",
+    "session_digest",
     "session_log_id",
     "sign_signal",
     "tool",

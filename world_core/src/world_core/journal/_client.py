@@ -19,7 +19,7 @@ from world_core.errors import (
     NotFoundError,
     TurnFailedError,
 )
-from world_core.journal._blobs import Blobs
+from world_core.journal._blobs import Blobs, session_blobs
 from world_core.journal._journal import (
     CLOCK_MARGIN,
     DEFAULT_BLOB_THRESHOLD,
@@ -91,7 +91,6 @@ class Client:
     ) -> None:
         self._world = world
         self._queue = validate_id(queue, "queue")
-        self._blobs = Blobs(world.stream)
         self._blob_threshold = check_blob_threshold(blob_threshold)
 
     async def submit(
@@ -126,7 +125,7 @@ class Client:
         if not isinstance(message, str):
             raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")
         digest = hashlib.sha256(canonical_json(message)).hexdigest()
-        stored = await stored_value(self._blobs, message, self._blob_threshold)
+        stored = await stored_value(self._blobs(session_id), message, self._blob_threshold)
         body: dict[str, Any] = {"t": "input", "turn": turn, "digest": digest}
         body["at"] = round(time.time(), 3)  # when it was submitted (this process's clock)
         body.update({"message": message} if "value" in stored else stored)
@@ -185,7 +184,11 @@ class Client:
         if event is None:
             raise NotFoundError(f"turn {turn_id!r} of session {session_id!r} was never submitted")
         body = json.loads(event.data)
-        message = body["message"] if "message" in body else await load_value(self._blobs, body)
+        message = (
+            body["message"]
+            if "message" in body
+            else await load_value(self._blobs(session_id), body)
+        )
         return await self.submit(session_id, str(message))
 
     async def status(self, session_id: str, turn_id: str) -> TurnStatus:
@@ -212,7 +215,7 @@ class Client:
         session_log_id(session_id)
         log_id = await turn_log(self._world, session_id, check_turn_id(turn_id))
         event = await self._world.log.get(log_id, f"turn/{turn_id}/reply")
-        return None if event is None else await self._reply_of(event)
+        return None if event is None else await self._reply_of(session_id, event)
 
     async def failure(self, session_id: str, turn_id: str) -> TurnFailedError | None:
         """Why the turn failed (the error :meth:`wait` raises), or None if it has not."""
@@ -260,7 +263,7 @@ class Client:
                 raise failed
             async for event in self._world.log.watch(log_id, after=tail):
                 if event.key == f"turn/{turn_id}/reply":
-                    return await self._reply_of(event)
+                    return await self._reply_of(session_id, event)
                 if event.key == f"turn/{turn_id}/failure":
                     raise _failure_of(session_id, turn_id, event)
         raise AssertionError("unreachable: watch never ends by itself")
@@ -565,11 +568,14 @@ class Client:
                     "in time: the call did not run); a decision now would change nothing"
                 )
 
-    async def _reply_of(self, event: Event) -> str:
+    def _blobs(self, session_id: str) -> Blobs:
+        return session_blobs(self._world, session_id)
+
+    async def _reply_of(self, session_id: str, event: Event) -> str:
         body = json.loads(event.data)
         if "reply" in body:
             return str(body["reply"])
-        return str(await load_value(self._blobs, body))
+        return str(await load_value(self._blobs(session_id), body))
 
 
 def _decode(event: Event | None) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from world_core.errors import ConfigurationError, ConflictError, DuplicateKeyError
-from world_core.journal._blobs import Blobs
+from world_core.journal._blobs import session_blobs
 from world_core.journal._journal import PastTurn, canonical_json, past_turn
 from world_core.journal._session import (
     CONTINUED_FROM_KEY,
@@ -145,7 +145,7 @@ async def maybe_continue(
     summary = view.summary
     if summarize is not None:
         whole, _ = await read_session(world, log_id, full=True)
-        made = summarize(summary, await _finished_turns(world, whole))
+        made = summarize(summary, await _finished_turns(world, session_id, whole))
         summary = await made if inspect.isawaitable(made) else made
         if summary is not None and not isinstance(summary, str):
             raise ConfigurationError(
@@ -199,6 +199,6 @@ def _carried(view: SessionView, carry_turns: int, summary: str | None) -> dict[s
     return body
 
 
-async def _finished_turns(world: World, view: SessionView) -> list[PastTurn]:
-    blobs = Blobs(world.stream)
+async def _finished_turns(world: World, session_id: str, view: SessionView) -> list[PastTurn]:
+    blobs = session_blobs(world, session_id)
     return [await past_turn(blobs, view, t) for t in view.in_order() if view.finished(t)]

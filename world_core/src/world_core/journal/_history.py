@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from world_core.errors import InvalidArgumentError, NotFoundError
-from world_core.journal._blobs import BlobRef, Blobs
+from world_core.journal._blobs import BlobRef, session_blobs
 from world_core.journal._journal import canonical_json, session_log_id
 from world_core.journal._session import session_chain
 from world_core.spi import Event, NewEvent, World, validate_id
@@ -148,7 +148,7 @@ async def read_history(
             f"{world.name!r} World"
         )
     info = await world.log.info(source_log)
-    store = Blobs(world.stream)
+    store = session_blobs(world, session_id)
     blobs: dict[str, bytes] = {}
     for event in events:
         for ref, required in _blob_refs(_body(event.data)):
@@ -360,7 +360,7 @@ async def write_history(world: World, history: SessionHistory) -> None:
             f"session {history.session_id!r} already has {tail} events in namespace "
             f"{world.namespace!r}: import a history into an empty session only"
         )
-    store = Blobs(world.stream)
+    store = session_blobs(world, history.session_id)
     for digest in sorted(history.blobs):
         await store.put(history.blobs[digest])
     batches: list[list[NewEvent]] = [[]]

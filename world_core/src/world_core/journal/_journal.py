@@ -124,7 +124,7 @@ from world_core.errors import (
     TurnNotReadyError,
     WorldError,
 )
-from world_core.journal._blobs import BlobRef, Blobs
+from world_core.journal._blobs import BlobRef, Blobs, session_blobs
 from world_core.journal._crash import CrashPoint
 from world_core.journal._model import ModelClient, ModelReply, ModelRequest, ToolCall
 from world_core.journal._observer import StepInfo, TurnObserver, notify
@@ -328,7 +328,7 @@ async def write_state(
         canonical_json(jsonable)
     except Exception as exc:
         raise InvalidArgumentError(f"state {name!r}: value is not JSON: {exc}") from None
-    stored = await stored_value(Blobs(world.stream), jsonable, threshold)
+    stored = await stored_value(session_blobs(world, session_id), jsonable, threshold)
     data = canonical_json(_state_event(name, stored))
     await append_session(world, session_id, [NewEvent(data=data)])
 
@@ -340,7 +340,7 @@ async def read_state(world: World, session_id: str, name: str) -> Any:
     session_log_id(session_id)
     session, _ = await read_session(world, await current_log(world, session_id))
     latest = session.state.get(name)
-    return None if latest is None else await load_value(Blobs(world.stream), latest)
+    return None if latest is None else await load_value(session_blobs(world, session_id), latest)
 
 
 _decode = decode_event
@@ -493,7 +493,7 @@ class Journal:
         self._turn = turn
         self._crash = crash
         self._blob_threshold = blob_threshold
-        self._blobs = Blobs(world.stream)
+        self._blobs = session_blobs(world, session_id)
         self._next = 0
         self._pending: list[NewEvent] = []
         self._pending_bytes = 0
@@ -576,7 +576,7 @@ class Journal:
             raise InvalidArgumentError(f"history must be None or an int >= 0, got {history!r}")
         log_id = await turn_log(world, session_id, turn_id)
         view, events = await _open_view(world, log_id, turn_id, history)
-        turn = await _load(view, events, turn_id, Blobs(world.stream))
+        turn = await _load(view, events, turn_id, session_blobs(world, session_id))
         journal = cls(
             world,
             session_id,

@@ -108,6 +108,7 @@ from world_core.journal import (
     Blobs,
     ToolContext,
     canonical_json,
+    session_blobs,
     session_chain,
     session_log_id,
 )
@@ -589,8 +590,10 @@ class Documents:
                 f"blob_threshold must be from 0 to 1048576 bytes, got {blob_threshold!r}"
             )
         self._world = world
-        self._blobs = Blobs(world.stream)
         self._threshold = blob_threshold
+
+    def _blobs(self, session_id: str) -> Blobs:
+        return session_blobs(self._world, session_id)
 
     async def get(self, session_id: str, name: str, model: type[M]) -> M | None:
         """The document's latest value as ``model``, or None if it was never written.
@@ -612,7 +615,7 @@ class Documents:
         session_log_id(session_id)
         check_document_name(name)
         _check_model(model)
-        head = await _read_head(self._world, self._blobs, session_id, name)
+        head = await _read_head(self._world, self._blobs(session_id), session_id, name)
         return head.version, _to_model(model, head, session_id)
 
     async def version(self, session_id: str, name: str) -> int:
@@ -656,11 +659,13 @@ class Documents:
                 await anyio.sleep(random.uniform(0, min(0.2, 0.002 * 2**attempt)))
             log_id = (await session_chain(world, session_id))[-1]
             tail = await world.log.tail(log_id)
-            head = await _read_head(world, self._blobs, session_id, name)
+            head = await _read_head(world, self._blobs(session_id), session_id, name)
             if expected_version is not None and head.version != expected_version:
                 raise self._conflict(session_id, name, expected_version, head.version)
             _check_writable(head, schema, type(value).__name__, session_id)
-            record = await _record(self._blobs, head, raw, schema, "app", self._threshold)
+            record = await _record(
+                self._blobs(session_id), head, raw, schema, "app", self._threshold
+            )
             event = NewEvent(key=document_key(name, head.version + 1), data=canonical_json(record))
             try:
                 await world.log.append(log_id, [event], expect_tail=tail)
@@ -791,7 +796,7 @@ class Documents:
         for record in records:
             version = int(record["version"])
             if int(record["base"]) == version:
-                raw = await _load_base(self._blobs, record)
+                raw = await _load_base(self._blobs(session_id), record)
             else:
                 raw = patch(raw, record["patch"])
             if version > seen:

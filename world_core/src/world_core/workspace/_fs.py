@@ -71,7 +71,7 @@ from world_core.errors import (
     PathError,
     PathNotFoundError,
 )
-from world_core.journal import BlobRef, Blobs, ToolContext, canonical_json
+from world_core.journal import BlobRef, Blobs, ToolContext, canonical_json, session_blobs
 from world_core.spi import World
 from world_core.workspace._documents import DocumentEdits, Documents
 from world_core.workspace._fs_paths import (
@@ -1208,7 +1208,6 @@ class Workspace:
         if limits is not None and not isinstance(limits, WorkspaceLimits):
             raise InvalidArgumentError(f"limits must be WorkspaceLimits, got {limits!r}")
         self._world = world
-        self._blobs = Blobs(world.stream)
         self._documents = Documents(world)
         self.limits = limits if limits is not None else WorkspaceLimits()
 
@@ -1237,7 +1236,7 @@ class Workspace:
                 yield FileTree.from_document(version, document)
 
     async def _draft(self, session_id: str) -> _Draft:
-        blobs = self._blobs
+        blobs = session_blobs(self._world, session_id)
         return _Draft(
             await self.tree(session_id),
             self.limits,
@@ -1321,7 +1320,7 @@ class Workspace:
     async def _commit(self, session_id: str, draft: _Draft) -> None:
         if not draft.changed:
             return
-        await draft.store_new(self._blobs)
+        await draft.store_new(session_blobs(self._world, session_id))
         await self._documents.put(
             session_id,
             TREE_DOCUMENT,
