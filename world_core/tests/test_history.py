@@ -17,7 +17,6 @@ import pytest
 
 from world_core import (
     Agent,
-    Blobs,
     Client,
     Journal,
     ModelReply,
@@ -30,6 +29,7 @@ from world_core import (
     read_history,
     read_state,
     replay_check,
+    session_blobs,
     session_log_id,
     tool,
     write_history,
@@ -163,8 +163,11 @@ async def test_export_and_import_keep_every_event_and_blob(
     original = await source.log.read(session_log_id(SESSION))
     imported = await copy.log.read(session_log_id(SESSION))
     assert [(e.seq, e.key, e.data) for e in imported] == [(e.seq, e.key, e.data) for e in original]
-    for digest, data in history.blobs.items():
-        assert await Blobs(copy.stream).get(BlobRef(digest=digest, size=len(data))) == data
+    for digest, data in history.blobs.items():  # the imported session's own blobs
+        assert (
+            await session_blobs(copy, SESSION).get(BlobRef(digest=digest, size=len(data))) == data
+        )
+        assert not (await copy.stream.info(BlobRef(digest=digest, size=0).stream_id)).closed
     # The journal reads the copy as it read the original: messages, replies, state.
     journal = await Journal.open(copy, SESSION, "t2")
     assert journal.history == [(LONG_MESSAGE, f"{len(NOTE)} characters")]

@@ -15,6 +15,7 @@ import pytest
 from world_core import (
     POSSIBLY_RAN,
     Agent,
+    BlobRef,
     Client,
     CrashPoint,
     Journal,
@@ -26,6 +27,7 @@ from world_core import (
     ToolContext,
     World,
     open_world,
+    session_blobs,
     session_log_id,
     tool,
     write_state,
@@ -354,8 +356,9 @@ async def test_large_results_go_to_blobs(world: World, turn: str, effects: Effec
     blob = json.loads(outcome.data)["blob"]
     assert blob["size"] > 200_000
     assert len(blob["digest"]) == 64
-    info = await world.stream.info(f"blob/sha256/{blob['digest']}")
-    assert info.closed
+    ref = BlobRef.model_validate(blob)
+    info = await world.stream.info(session_blobs(world, "s").stream_id(ref))
+    assert info.closed  # the session's own blob (deleted with it)
     again = await Journal.open(world, "s", turn, blob_threshold=1024)
     assert await again.call(tools(effects, big=1)["lookup"], {"topic": "a"}) == value
     assert again.tool_runs == 0
@@ -363,7 +366,7 @@ async def test_large_results_go_to_blobs(world: World, turn: str, effects: Effec
 
 
 async def test_blobs_are_content_addressed_and_checked(world: World) -> None:
-    from world_core import BlobRef, Blobs
+    from world_core import Blobs
 
     blobs = Blobs(world.stream, chunk_size=4)
     ref = await blobs.put(b"0123456789")

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from world_core import (
     Agent,
+    BlobRef,
     Blobs,
     Client,
     CrashPoint,
@@ -36,6 +37,7 @@ from world_core import (
     WorkspaceLimits,
     World,
     open_world,
+    session_blobs,
     session_log_id,
     tool,
     virtual,
@@ -139,12 +141,13 @@ async def test_contents_are_blobs_shared_between_versions(world: World) -> None:
     tree = await Workspace(world).tree("s")
     digests = {entry.digest for entry in tree.files.values()}
     assert len(digests) == 2
+    blobs = session_blobs(world, "s")
     for digest in digests:
-        info = await world.stream.info(f"blob/sha256/{digest}")
+        info = await world.stream.info(blobs.stream_id(BlobRef(digest=digest, size=0)))
         assert info.closed
-    stream_id = f"blob/sha256/{tree.files['a.bin'].digest}"
+    stream_id = blobs.stream_id(BlobRef(digest=tree.files["a.bin"].digest, size=len(big)))
     data = b"".join([chunk.data async for chunk in world.stream.read(stream_id)])
-    assert data == big  # stored once, whole, under its digest
+    assert data == big  # stored once, whole, under its digest, in the session's own blobs
 
 
 @pytest.mark.parametrize("replay", ["safe", "never"])

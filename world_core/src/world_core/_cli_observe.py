@@ -29,7 +29,7 @@ from world_core.observe import (
     trace_events,
     trace_session,
 )
-from world_core.observe._sessions import SESSION_STATUSES
+from world_core.observe._sessions import SESSION_ORDERS, SESSION_STATUSES, SessionSummary
 
 __all__ = ["format_trace", "register"]
 
@@ -227,29 +227,58 @@ def format_trace(trace: SessionTrace, *, colour: bool = False) -> str:
 
 
 async def _sessions(args: argparse.Namespace) -> int:
+    order = args.order or ("id" if args.all else "updated")
+    if args.all and (order != "id" or args.page is not None):
+        print(
+            "world sessions: --all lists by id (--order id), a page at a time; "
+            "drop --order updated and --page",
+            file=sys.stderr,
+        )
+        return 2
+    cursor, shown, header = args.cursor, 0, not args.json
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
-        page = await list_sessions(
-            world, status=args.status, limit=args.limit, cursor=args.cursor, page=args.page
-        )
-    if args.json:
-        print(json.dumps(page.model_dump(mode="json"), indent=2))
-        return 0
-    if not page.sessions:
-        print("no sessions" + (f" with status {args.status}" if args.status else ""))
-        return 0
-    print(f"{'session':<32} {'status':<8} {'turns':>5}  {'updated (UTC)':<19}  last turn")
-    for s in page.sessions:
-        updated = (
-            datetime.datetime.fromtimestamp(s.updated_at, datetime.UTC).strftime(
-                "%Y-%m-%d %H:%M:%S"
+        while True:
+            page = await list_sessions(
+                world,
+                status=args.status,
+                limit=args.limit,
+                cursor=cursor,
+                page=args.page,
+                order=order,
             )
-            if s.updated_at is not None
-            else "-"
-        )
-        print(f"{s.session:<32} {s.status:<8} {s.turns:>5}  {updated:<19}  {s.last_turn or '-'}")
-    if page.next_cursor is not None:
-        print(f"more: world sessions --cursor {page.next_cursor}")
+            if args.json and not args.all:
+                print(json.dumps(page.model_dump(mode="json"), indent=2))
+                return 0
+            for s in page.sessions:
+                if args.json:  # --all: one JSON object a line, as each page arrives
+                    print(json.dumps(s.model_dump(mode="json")), flush=True)
+                    continue
+                if header:
+                    header = False
+                    print(_SESSIONS_HEADER)
+                print(_session_line(s), flush=args.all)
+            shown += len(page.sessions)
+            cursor = page.next_cursor
+            if not args.all or cursor is None:
+                break
+    if shown == 0 and not args.json:
+        print("no sessions" + (f" with status {args.status}" if args.status else ""))
+    elif cursor is not None:
+        more = "" if order == "updated" else " --order id"
+        print(f"more: world sessions{more} --cursor {cursor}")
     return 0
+
+
+_SESSIONS_HEADER = f"{'session':<32} {'status':<8} {'turns':>5}  {'updated (UTC)':<19}  last turn"
+
+
+def _session_line(s: SessionSummary) -> str:
+    updated = (
+        datetime.datetime.fromtimestamp(s.updated_at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        if s.updated_at is not None
+        else "-"
+    )
+    return f"{s.session:<32} {s.status:<8} {s.turns:>5}  {updated:<19}  {s.last_turn or '-'}"
 
 
 def _trace_file(args: argparse.Namespace) -> SessionTrace:
@@ -400,6 +429,16 @@ def register(sub: Any, world_options: WorldOptions) -> None:
     )
     sessions.add_argument("--page", type=_count("--page", 10**9), help="page number, from 1")
     sessions.add_argument("--cursor", help="the cursor the previous page printed")
+    sessions.add_argument(
+        "--order",
+        choices=SESSION_ORDERS,
+        help="updated: newest first (reads every session); id: by id, a page at a time",
+    )
+    sessions.add_argument(
+        "--all",
+        action="store_true",
+        help="every session, by id, printed page by page as read (--json: one a line)",
+    )
     sessions.add_argument("--json", action="store_true", help="print JSON")
     world_options(sessions)
     sessions.set_defaults(run=lambda args: anyio.run(_sessions, args))

@@ -1,11 +1,20 @@
-"""Listing sessions, newest first: ``world sessions`` and the viewer's session list.
+"""Listing sessions: ``world sessions`` and the viewer's session list.
 
 Sessions are enumerated with the SPI's log listing (``Log.list_logs(prefix="session/")``:
 every session's first log), so no index of its own is kept. Each session costs a few reads:
 the chain of its logs (one keyed read when it was never continued) and its current log's
-view from the latest checkpoint (the last few events), whatever the session's length. The
-listing is sorted by the time of each session's latest event, so every page reads every
-session: fine for a developer's store, not meant for millions of sessions.
+view from the latest checkpoint (the last few events), whatever the session's length.
+
+Two orders:
+
+* ``updated`` (the default): newest first, by the time of each session's latest event. No
+  index knows that time, so every page reads every session; it holds at most ``offset +
+  limit`` summaries, not the namespace's (a fixed size heap), but costs reads in proportion
+  to the sessions. Fine for a developer's store.
+* ``id``: by session id, a page at a time from the log listing: a page reads its ``limit``
+  sessions (more with a ``status`` filter, those it skips) and the cursor resumes the log
+  listing, so a namespace of millions of sessions is listed (``world sessions --all``)
+  holding one page, at a cost per page that does not grow with the namespace.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +31,12 @@ from world_core.journal import session_chain
 from world_core.journal._session import read_session
 from world_core.spi import World
 
-__all__ = ["SESSION_STATUSES", "SessionPage", "SessionSummary", "list_sessions"]
+__all__ = ["SESSION_ORDERS", "SESSION_STATUSES", "SessionPage", "SessionSummary", "list_sessions"]
+
+SessionOrder = Literal["updated", "id"]
+
+SESSION_ORDERS: tuple[str, ...] = ("updated", "id")
+"""How a listing is ordered (see the module): newest first, or by session id."""
 
 SessionStatus = Literal["queued", "running", "waiting", "done", "failed", "empty"]
 
@@ -113,24 +127,34 @@ async def _summary(world: World, log_id: str) -> SessionSummary:
     )
 
 
-def _cursor(offset: int, status: str | None) -> str:
-    raw = json.dumps({"o": offset, "s": status}).encode()
+def _cursor(position: int | str, status: str | None) -> str:
+    """An offset (newest first) or the log listing's cursor (by id), with the filter."""
+    key = "o" if isinstance(position, int) else "c"
+    raw = json.dumps({key: position, "s": status}).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _offset(cursor: str, status: str | None) -> int:
+def _position(cursor: str, status: str | None, order: str) -> Any:
+    key = "o" if order == "updated" else "c"
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         data = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        offset = data["o"]
-        if not isinstance(offset, int) or offset < 0 or data.get("s") != status:
+        position = data[key]
+        offset_ok = isinstance(position, int) and not isinstance(position, bool) and position >= 0
+        if not (offset_ok if key == "o" else isinstance(position, str)):
+            raise ValueError(cursor)
+        if data.get("s") != status:
             raise ValueError(cursor)
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise InvalidArgumentError(
-            f"cursor {cursor!r} is not a next_cursor of this listing (with the same status "
+            f"cursor {cursor!r} is not a next_cursor of this listing (same order and status "
             "filter); start again without one"
         ) from None
-    return offset
+    return position
+
+
+def _newest_first(summary: SessionSummary) -> tuple[float, str]:
+    return (-(summary.updated_at or 0.0), summary.session)
 
 
 async def list_sessions(
@@ -140,15 +164,17 @@ async def list_sessions(
     limit: int = 20,
     cursor: str | None = None,
     page: int | None = None,
+    order: SessionOrder = "updated",
 ) -> SessionPage:
     """The World's sessions (in its namespace), newest first (latest event; sessions without
-    recorded times last, by id).
+    recorded times last, by id), or by id (see the module for what each costs).
 
     Args:
         status: only sessions with this status (see :data:`SESSION_STATUSES`).
         limit: sessions per page, 1 to 1000.
-        cursor: the ``next_cursor`` of the previous page (with the same ``status``).
-        page: instead of ``cursor``, the page number, from 1.
+        cursor: the ``next_cursor`` of the previous page (same ``status`` and ``order``).
+        page: instead of ``cursor``, the page number, from 1 (newest first only).
+        order: ``updated`` (newest first) or ``id`` (pages without reading the others).
 
     Returns:
         A :class:`SessionPage`.
@@ -166,22 +192,59 @@ async def list_sessions(
         raise InvalidArgumentError("give a page or a cursor, not both")
     if page is not None and (isinstance(page, bool) or not isinstance(page, int) or page < 1):
         raise InvalidArgumentError(f"page must be an int >= 1, got {page!r}")
-    offset = _offset(cursor, status) if cursor is not None else ((page or 1) - 1) * limit
-    log_ids: list[str] = []
+    if order not in SESSION_ORDERS:
+        raise InvalidArgumentError(
+            f"order must be one of {', '.join(SESSION_ORDERS)}, got {order!r}"
+        )
+    if order == "id":
+        if page is not None:
+            raise InvalidArgumentError("page numbers are for order='updated': follow next_cursor")
+        start = _position(cursor, status, order) if cursor is not None else None
+        return await _by_id(world, status, limit, start)
+    offset = _position(cursor, status, order) if cursor is not None else ((page or 1) - 1) * limit
+    keep = offset + limit
+    kept: list[SessionSummary] = []  # the newest ``keep`` so far (cut back at twice that)
+    matching = 0
     next_page: str | None = None
     while True:
         listing = await world.log.list_logs(prefix=_PREFIX, cursor=next_page, limit=500)
-        log_ids.extend(info.log_id for info in listing.items if info.tail > 0)
+        for info in listing.items:
+            if info.tail == 0:
+                continue
+            summary = await _summary(world, info.log_id)
+            if status is not None and summary.status != status:
+                continue
+            matching += 1
+            kept.append(summary)
+            if len(kept) >= 2 * keep:
+                kept = sorted(kept, key=_newest_first)[:keep]
         next_page = listing.next_cursor
         if next_page is None:
             break
-    summaries = [await _summary(world, log_id) for log_id in log_ids]
-    if status is not None:
-        summaries = [s for s in summaries if s.status == status]
-    summaries.sort(key=lambda s: s.session)
-    summaries.sort(key=lambda s: -(s.updated_at or 0.0))
-    chosen = summaries[offset : offset + limit]
-    more = offset + limit < len(summaries)
+    chosen = sorted(kept, key=_newest_first)[offset:keep]
+    more = keep < matching
+    return SessionPage(sessions=chosen, next_cursor=_cursor(keep, status) if more else None)
+
+
+async def _by_id(world: World, status: str | None, limit: int, start: str | None) -> SessionPage:
+    """A page by session id: log listing pages of at most the sessions still wanted, each
+    read whole, so the listing's own cursor is where the next page starts."""
+    chosen: list[SessionSummary] = []
+    position = start
+    while len(chosen) < limit:
+        listing = await world.log.list_logs(
+            prefix=_PREFIX, cursor=position, limit=limit - len(chosen)
+        )
+        for info in listing.items:
+            if info.tail == 0:
+                continue
+            summary = await _summary(world, info.log_id)
+            if status is None or summary.status == status:
+                chosen.append(summary)
+        position = listing.next_cursor
+        if position is None:
+            break
+    more = position is not None
     return SessionPage(
-        sessions=chosen, next_cursor=_cursor(offset + limit, status) if more else None
+        sessions=chosen, next_cursor=_cursor(position, status) if more and position else None
     )
