@@ -16,7 +16,7 @@ from typing import Any, cast
 import anyio
 
 import world_local
-from world_conformance.wrappers import PassThroughLog, PassThroughWorld
+from world_conformance.wrappers import PassThroughLog, PassThroughStream, PassThroughWorld
 from world_core import (
     BackendUnavailableError,
     Capabilities,
@@ -32,7 +32,6 @@ from world_core import (
     NewEvent,
     OutboxMessage,
     Page,
-    StreamInfo,
     World,
 )
 from world_core.spi import (
@@ -219,28 +218,8 @@ class _ClosedLooksTransient(_QueueFault):
             raise BackendUnavailableError("connection lost; retry") from exc
 
 
-class _StreamFault(Stream):
+class _StreamFault(PassThroughStream):
     """The real stream; subclasses change one behaviour."""
-
-    def __init__(self, inner: Stream) -> None:
-        self.inner = inner
-
-    async def write(
-        self, stream_id: str, chunks: Sequence[bytes], *, expect_next: int | None = None
-    ) -> int:
-        return await self.inner.write(stream_id, chunks, expect_next=expect_next)
-
-    async def close(self, stream_id: str) -> None:
-        await self.inner.close(stream_id)
-
-    async def info(self, stream_id: str) -> StreamInfo:
-        return await self.inner.info(stream_id)
-
-    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        return self.inner.read(stream_id, start=start)
-
-    async def delete(self, stream_id: str) -> None:
-        await self.inner.delete(stream_id)
 
 
 class _NegativeStartIgnored(_StreamFault):
@@ -551,4 +530,17 @@ class _TakenKeysDropped(_LogFault):
 async def taken_keys_dropped(*, url: str | None = None, namespace: str = "default") -> World:
     world = Wrapper(await _local(url, namespace))
     world.log = _TakenKeysDropped(world.inner.log)
+    return world
+
+
+class _StreamDeleteIgnored(_StreamFault):
+    """Fault: deleting a stream keeps it (a deleted session's live events and blobs stay)."""
+
+    async def delete(self, stream_id: str) -> None:
+        return None
+
+
+async def stream_delete_ignored(*, url: str | None = None, namespace: str = "default") -> World:
+    world = Wrapper(await _local(url, namespace))
+    world.stream = _StreamDeleteIgnored(world.inner.stream)
     return world

@@ -42,7 +42,6 @@ from world_core import (
 from world_core.errors import (
     DocumentConflictError,
     DocumentSchemaError,
-    DuplicateKeyError,
     InvalidArgumentError,
     ToolError,
 )
@@ -165,49 +164,9 @@ async def test_a_never_tool_is_not_rerun_and_is_told_its_edit_was_not_saved(worl
     assert runs == ["refund"]
 
 
-async def test_tool_vs_tool_across_turns_a_stale_worker_saves_nothing(world: World) -> None:
-    """A worker paused inside a tool (its lease lost) while the turn was taken over and the
-    next turn edited the document: waking up, it saves nothing over either edit."""
-    docs = Documents(world)
-    client = Client(world)
-    await client.submit("s", "first", turn_id="a")
-    await client.submit("s", "second", turn_id="b")
-    stale = await Journal.open(world, "s", "a")
-    entered, release = anyio.Event(), anyio.Event()
-
-    async def add_item(item: str, context: ToolContext) -> int:
-        """Add an item."""
-        todo = await context.docs.read("todo", Todo) or Todo()
-        todo.items.append(item)
-        if not entered.is_set():  # the first run: the worker that will be paused
-            entered.set()
-            await release.wait()
-        context.docs.put("todo", todo)
-        return len(todo.items)
-
-    add = tool(add_item, replay="safe")
-    failures: list[BaseException] = []
-
-    async def stale_worker() -> None:
-        try:
-            await stale.call(add, {"item": "stale"})
-        except DuplicateKeyError as exc:
-            failures.append(exc)
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(stale_worker)
-        await entered.wait()
-        takeover = await Journal.open(world, "s", "a")
-        # the takeover re-runs step 0 (its arguments differ from the paused one's only in
-        # what the model sent: the same here) and finishes the turn
-        assert await takeover.call(add, {"item": "stale"}) == 1
-        await takeover.finish("a done")
-        second = await Journal.open(world, "s", "b")
-        assert await second.call(add, {"item": "b"}) == 2
-        await second.finish("b done")
-        release.set()
-    assert len(failures) == 1
-    assert await docs.read("s", "todo", Todo) == (2, Todo(items=["stale", "b"]))
+# A worker paused inside a tool while its turn was taken over and the next turn edited the
+# document saves nothing when it wakes: DocumentsContract's
+# test_documents_a_stale_tool_of_an_earlier_turn_saves_nothing, run on this World too.
 
 
 async def test_app_compare_and_set_and_update(world: World) -> None:

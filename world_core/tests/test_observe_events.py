@@ -16,10 +16,9 @@ from observe_support import REPLY, build  # type: ignore[import-not-found]  # PY
 
 import world_core.journal._live
 import world_core.journal._worker
-from world_conformance.wrappers import PassThroughWorld
+from world_conformance.wrappers import PassThroughStream, PassThroughWorld
 from world_core import (
     Agent,
-    Chunk,
     Client,
     ModelReply,
     ModelRequest,
@@ -35,7 +34,7 @@ from world_core import (
 from world_core.errors import BackendUnavailableError, InvalidArgumentError, NotFoundError
 from world_core.journal import StepInfo, TurnObserver, TurnRun, turn_events_stream
 from world_core.observe import live_events
-from world_core.spi import Stream, StreamInfo
+from world_core.spi import Stream
 
 pytestmark = pytest.mark.anyio
 
@@ -254,11 +253,11 @@ async def test_bad_arguments_are_refused_at_the_call(world: World) -> None:
         Worker(world, build(), observers=[object()])  # type: ignore[list-item]
 
 
-class BrokenEventStream(Stream):
+class BrokenEventStream(PassThroughStream):
     """The World's stream, except that writes of turn events fail (``down``) or hang."""
 
     def __init__(self, inner: Stream, how: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.how = how
         self.tried = 0
 
@@ -270,19 +269,7 @@ class BrokenEventStream(Stream):
             if self.how == "down":
                 raise BackendUnavailableError("stream server down (injected)")
             await anyio.sleep_forever()
-        return await self.inner.write(stream_id, chunks, expect_next=expect_next)
-
-    async def close(self, stream_id: str) -> None:
-        await self.inner.close(stream_id)
-
-    async def info(self, stream_id: str) -> StreamInfo:
-        return await self.inner.info(stream_id)
-
-    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
-        return self.inner.read(stream_id, start=start)
-
-    async def delete(self, stream_id: str) -> None:
-        await self.inner.delete(stream_id)
+        return await super().write(stream_id, chunks, expect_next=expect_next)
 
 
 @pytest.mark.parametrize("how", ["down", "hanging"])

@@ -1,5 +1,6 @@
-"""Pass-through wrappers, the base of fault injection: a Log and a World that delegate every
-call to the World under test, so a subclass changes one behaviour in plain sight.
+"""Pass-through wrappers, the base of fault injection: a Log, a Stream and a World that
+delegate every call to the World under test, so a subclass changes one behaviour in plain
+sight.
 
 Used by the journal contracts (a log whose append fails once) and by the suite's own proof
 that its contracts can fail (``conformance/tests/faulty_worlds.py``).
@@ -9,10 +10,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-from world_core import Capabilities, Event, LogInfo, NewEvent, OutboxMessage, Page, World
+from world_core import (
+    Capabilities,
+    Chunk,
+    Event,
+    LogInfo,
+    NewEvent,
+    OutboxMessage,
+    Page,
+    StreamInfo,
+    World,
+)
 from world_core.spi import Log, Queue, Stream
 
-__all__ = ["PassThroughLog", "PassThroughWorld"]
+__all__ = ["PassThroughLog", "PassThroughStream", "PassThroughWorld"]
 
 
 class PassThroughLog(Log):
@@ -61,6 +72,30 @@ class PassThroughLog(Log):
 
     async def delete(self, log_id: str) -> None:
         await self.inner.delete(log_id)
+
+
+class PassThroughStream(Stream):
+    """Delegates every call to ``inner``."""
+
+    def __init__(self, inner: Stream) -> None:
+        self.inner = inner
+
+    async def write(
+        self, stream_id: str, chunks: Sequence[bytes], *, expect_next: int | None = None
+    ) -> int:
+        return await self.inner.write(stream_id, chunks, expect_next=expect_next)
+
+    async def close(self, stream_id: str) -> None:
+        await self.inner.close(stream_id)
+
+    async def info(self, stream_id: str) -> StreamInfo:
+        return await self.inner.info(stream_id)
+
+    def read(self, stream_id: str, *, start: int = 0) -> AsyncIterator[Chunk]:
+        return self.inner.read(stream_id, start=start)
+
+    async def delete(self, stream_id: str) -> None:
+        await self.inner.delete(stream_id)
 
 
 class PassThroughWorld(World):

@@ -29,7 +29,12 @@ from world_core.observe import (
     trace_events,
     trace_session,
 )
-from world_core.observe._sessions import SESSION_ORDERS, SESSION_STATUSES, SessionSummary
+from world_core.observe._sessions import (
+    SESSION_ORDERS,
+    SESSION_STATUSES,
+    SessionOrder,
+    SessionSummary,
+)
 
 __all__ = ["format_trace", "register"]
 
@@ -227,7 +232,7 @@ def format_trace(trace: SessionTrace, *, colour: bool = False) -> str:
 
 
 async def _sessions(args: argparse.Namespace) -> int:
-    order = args.order or ("id" if args.all else "updated")
+    order: SessionOrder = args.order or ("id" if args.all else "updated")
     if args.all and (order != "id" or args.page is not None):
         print(
             "world sessions: --all lists by id (--order id), a page at a time; "
