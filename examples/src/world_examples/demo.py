@@ -32,11 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import import_module
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import anyio
 
@@ -54,7 +54,9 @@ from world_examples._demos import DEMO_MODULES, DEMOS, MISSING
 from world_examples.crash_agent import MESSAGE, SEND_TIMEOUT
 from world_examples.inbox import Inbox
 
-__all__ = ["CrashRow", "run_demo"]
+__all__ = ["CRASH_WHEN", "CrashRow", "crash_points", "run_crash_matrix", "run_demo"]
+
+RowT = TypeVar("RowT")
 
 AGENT = "world_examples.crash_agent:build_agent"
 TURN = "t1"
@@ -329,6 +331,74 @@ def crash_line(
     )
 
 
+CRASH_WHEN = ("before_run", "after_run")
+"""Where a worker is killed around a step's call: just before it, or just after it returned
+(before its outcome is written)."""
+
+
+def crash_points(steps: Sequence[str]) -> list[tuple[str, str]]:
+    """Every crash point of a clean turn with ``steps`` (their labels): ``(n:when, label)``,
+    before and after each step's call, in order."""
+    return [(f"{n}:{when}", step) for n, step in enumerate(steps) for when in CRASH_WHEN]
+
+
+async def run_crash_matrix(
+    count: int,
+    run_one: Callable[[int], Awaitable[RowT]],
+    show: Callable[[RowT], None],
+    *,
+    progress: Callable[[int], None] | None = None,
+    alongside: Callable[[], Awaitable[None]] | None = None,
+    tick: bool = False,
+    at_once: int = 4,
+) -> list[RowT]:
+    """Run the crash points ``run_one(0)`` ... ``run_one(count - 1)`` (each in a session and
+    queue of its own, so they run side by side), at most ``at_once`` at a time, and
+    ``alongside`` with them under the same limit; returns their rows in order.
+
+    ``show`` gets each row in order as soon as the ones before it are done; ``progress`` the
+    number of rows done after each run (``alongside`` included) and, with ``tick``, every
+    second meanwhile (the clock moves on a terminal while workers wait out leases).
+    """
+    rows: dict[int, RowT] = {}
+    shown = 0
+    limiter = anyio.CapacityLimiter(at_once)
+
+    def report() -> None:
+        if progress is not None:
+            progress(len(rows))
+
+    async def one(index: int) -> None:
+        nonlocal shown
+        async with limiter:
+            rows[index] = await run_one(index)
+        while shown < count and shown in rows:
+            show(rows[shown])
+            shown += 1
+        report()
+
+    async def beside(run: Callable[[], Awaitable[None]]) -> None:
+        async with limiter:
+            await run()
+        report()
+
+    async def ticking() -> None:
+        while True:
+            report()
+            await anyio.sleep(1)
+
+    async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as runs:
+            if tick:
+                tg.start_soon(ticking)
+            for index in range(count):
+                runs.start_soon(one, index)
+            if alongside is not None:
+                runs.start_soon(beside, alongside)
+        tg.cancel_scope.cancel()
+    return [rows[index] for index in range(count)]
+
+
 _HEADER = crash_header()
 
 
@@ -400,71 +470,45 @@ async def _run(ctx: _Context, as_json: bool) -> int:
     say.line("   steps  " + ", ".join(f"{n} {label}" for n, label in enumerate(steps)))
     say.line(f"   reply  {clean_reply!r}  ({time.monotonic() - started:.1f} s)")
     say.line()
-    points = [
-        (f"{n}:{when}", step)
-        for n, step in enumerate(steps)
-        for when in ("before_run", "after_run")
-    ]
+    points = crash_points(steps)
     if as_json:
         say.line(f"2. crashing at {len(points)} points, a fresh worker process after each ...")
     else:
         for text in _legend(len(points)):
             say.line(text)
         say.line(_HEADER)
-    rows: dict[str, CrashRow] = {}
-    shown = 0
     matrix_started = time.monotonic()
     relabelled: list[CrashRow] = []
 
-    def show_progress() -> None:
+    def show_progress(done: int) -> None:
         elapsed = time.monotonic() - matrix_started
         last = "done" if relabelled else "running"
         say.progress(
-            f"   {len(rows)}/{len(points)} crash points done, relabelled run {last} "
-            f"({elapsed:.0f} s)"
+            f"   {done}/{len(points)} crash points done, relabelled run {last} ({elapsed:.0f} s)"
         )
 
-    limiter = anyio.CapacityLimiter(4)
-
-    async def one(index: int, crash_at: str, step: str) -> None:
-        nonlocal shown
-        async with limiter:
-            rows[crash_at] = await _crash_point(ctx, index, crash_at, step, clean_reply, "never")
-        # Rows appear in crash-point order: each as soon as the ones before it are done.
-        while shown < len(points) and points[shown][0] in rows:
-            if not as_json:
-                say.line(_row(rows[points[shown][0]]))
-            shown += 1
-        show_progress()
+    def show(row: CrashRow) -> None:
+        if not as_json:
+            say.line(_row(row))
 
     send_step = next(n for n, step in enumerate(steps) if step == "tool send_email")
     wrong_at = f"{send_step}:after_run"
 
     async def wrong_label() -> None:
         # Independent of the matrix (its own session and queue), so it runs alongside.
-        async with limiter:
-            relabelled.append(
-                await _crash_point(
-                    ctx, len(points), wrong_at, steps[send_step], clean_reply, "safe"
-                )
-            )
-        show_progress()
+        relabelled.append(
+            await _crash_point(ctx, len(points), wrong_at, steps[send_step], clean_reply, "safe")
+        )
 
-    async def tick() -> None:
-        while True:  # the clock moves on a terminal while workers wait out leases
-            show_progress()
-            await anyio.sleep(1)
-
-    async with anyio.create_task_group() as tg:
-        async with anyio.create_task_group() as runs:
-            if say.tty:
-                tg.start_soon(tick)
-            for index, (crash_at, step) in enumerate(points):
-                runs.start_soon(one, index, crash_at, step)
-            runs.start_soon(wrong_label)
-        tg.cancel_scope.cancel()
+    ordered = await run_crash_matrix(
+        len(points),
+        lambda index: _crash_point(ctx, index, *points[index], clean_reply, "never"),
+        show,
+        progress=show_progress,
+        alongside=wrong_label,
+        tick=say.tty,
+    )
     say.end_progress()
-    ordered = [rows[crash_at] for crash_at, _ in points]
     wrong = relabelled[0]
     ok = all(
         r.crashed and r.repeated_model_calls == 0 and r.emails == 1 and r.reply_matches

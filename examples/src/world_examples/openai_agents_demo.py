@@ -32,8 +32,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import anyio
-
 from world_core import Client, ConfigurationError, World, parse_crash_at, session_log_id
 from world_examples.crash_agent import MESSAGE, SEND_TIMEOUT
 from world_examples.demo import (
@@ -46,6 +44,8 @@ from world_examples.demo import (
     _world_lines,
     crash_header,
     crash_line,
+    crash_points,
+    run_crash_matrix,
 )
 from world_examples.inbox import Inbox
 
@@ -205,42 +205,29 @@ async def run(ctx: _Context, as_json: bool) -> int:
     say.line("   steps  " + ", ".join(f"{n} {label}" for n, label in enumerate(steps)))
     say.line(f"   reply  {clean!r}  ({time.monotonic() - started:.1f} s)")
     say.line()
-    points = [
-        (f"{n}:{when}", step)
-        for n, step in enumerate(steps)
-        for when in ("before_run", "after_run")
-    ]
-    points = _chosen(points, wanted)
+    points = _chosen(crash_points(steps), wanted)
     send = next(n for n, step in enumerate(steps) if step == "tool send_email")
     say.line(f"2. The same turn crashed at {len(points)} points, a fresh worker process after")
     say.line("   each (n:before_run: just before step n's call; n:after_run: just after it")
     say.line("   returned, before its outcome is written). Targets: repeated 0, emails 1.")
     if not as_json:
         say.line(_HEADER)
-    rows: dict[str, OpenAIAgentsRow] = {}
     wrong: list[OpenAIAgentsRow] = []
-    shown = 0
-    limiter = anyio.CapacityLimiter(4)
 
-    async def one(index: int, crash_at: str, step: str) -> None:
-        nonlocal shown
-        async with limiter:
-            rows[crash_at] = await _crash_point(ctx, index, crash_at, step, clean, "never")
-        while shown < len(points) and points[shown][0] in rows:  # rows in crash-point order
-            if not as_json:
-                say.line(_row(rows[points[shown][0]]))
-            shown += 1
+    def show(row: OpenAIAgentsRow) -> None:
+        if not as_json:
+            say.line(_row(row))
 
     async def relabelled() -> None:
-        async with limiter:
-            point = f"{send}:after_run"
-            wrong.append(await _crash_point(ctx, len(points), point, steps[send], clean, "safe"))
+        point = f"{send}:after_run"
+        wrong.append(await _crash_point(ctx, len(points), point, steps[send], clean, "safe"))
 
-    async with anyio.create_task_group() as tg:
-        for index, (crash_at, step) in enumerate(points):
-            tg.start_soon(one, index, crash_at, step)
-        tg.start_soon(relabelled)
-    ordered = [rows[crash_at] for crash_at, _ in points]
+    ordered = await run_crash_matrix(
+        len(points),
+        lambda index: _crash_point(ctx, index, *points[index], clean, "never"),
+        show,
+        alongside=relabelled,
+    )
     ok = all(_met(row) for row in ordered)
     seconds = round(time.monotonic() - started, 1)
     if as_json:

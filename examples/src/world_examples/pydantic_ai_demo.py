@@ -47,6 +47,8 @@ from world_examples.demo import (
     _world_lines,
     crash_header,
     crash_line,
+    crash_points,
+    run_crash_matrix,
 )
 from world_examples.inbox import Inbox
 from world_examples.pydantic_ai_agent import MESSAGE, SEND_TIMEOUT
@@ -300,36 +302,25 @@ async def run(ctx: _Context, as_json: bool) -> int:
     say.line("   steps  " + ", ".join(f"{n} {label}" for n, label in enumerate(steps)))
     say.line(f"   reply  {clean_reply!r}  ({time.monotonic() - started:.1f} s)")
     say.line()
-    points = [
-        (f"{n}:{when}", step)
-        for n, step in enumerate(steps)
-        for when in ("before_run", "after_run")
-    ]
+    points = crash_points(steps)
     if as_json:
         say.line(f"2. crashing at {len(points)} points, fresh worker processes after each ...")
     else:
         for text in _legend(len(points)):
             say.line(text)
         say.line(_HEADER)
-    rows: dict[str, PydanticAIRow] = {}
-    shown = 0
-    limiter = anyio.CapacityLimiter(4)
 
-    async def one(index: int, crash_at: str, step: str) -> None:
-        nonlocal shown
-        async with limiter:
-            rows[crash_at] = await _point(ctx, index, crash_at, step, clean_reply)
-        while shown < len(points) and points[shown][0] in rows:  # rows in crash-point order
-            if not as_json:
-                say.line(_row(rows[points[shown][0]]))
-            shown += 1
-        say.progress(f"   {len(rows)}/{len(points)} crash points done")
+    def show(row: PydanticAIRow) -> None:
+        if not as_json:
+            say.line(_row(row))
 
-    async with anyio.create_task_group() as tg:
-        for index, (crash_at, step) in enumerate(points):
-            tg.start_soon(one, index, crash_at, step)
+    ordered = await run_crash_matrix(
+        len(points),
+        lambda index: _point(ctx, index, *points[index], clean_reply),
+        show,
+        progress=lambda done: say.progress(f"   {done}/{len(points)} crash points done"),
+    )
     say.end_progress()
-    ordered = [rows[crash_at] for crash_at, _ in points]
     ok = all(
         r.crashed and r.repeated_model_calls == 0 and r.effects == 1 and r.reply_matches
         for r in ordered

@@ -26,8 +26,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from world_core import (
     Agent,
     Client,
@@ -49,6 +47,8 @@ from world_examples.demo import (
     _run_worker,
     _Screen,
     _world_lines,
+    crash_points,
+    run_crash_matrix,
 )
 from world_examples.inbox import Inbox
 
@@ -224,9 +224,7 @@ async def run(ctx: _Context, as_json: bool) -> int:
     say.line(f"   files  {', '.join(files)}  (tree {digest[:12]})")
     say.line(f"   reply  {clean_reply!r}  ({time.monotonic() - started:.1f} s)")
     say.line()
-    points = [
-        (f"{n}:{when}", s) for n, s in enumerate(steps) for when in ("before_run", "after_run")
-    ]
+    points = crash_points(steps)
     say.line(f"2. Crashed at {len(points)} points, each in a session of its own; a fresh worker")
     say.line(f"   process continues once the dead one's {LEASE:g} s lease ran out.")
     if not as_json:
@@ -235,25 +233,19 @@ async def run(ctx: _Context, as_json: bool) -> int:
         say.line("   reply                 compared with the clean turn's (target identical)")
         say.line()
         say.line(_HEADER)
-    rows: dict[str, WorkspaceRow] = {}
-    shown = 0
-    limiter = anyio.CapacityLimiter(8)  # worker processes at once: 2 cores are busy at 8
 
-    async def one(index: int, crash_at: str, step: str) -> None:
-        nonlocal shown
-        async with limiter:
-            rows[crash_at] = await _crash_point(ctx, index, crash_at, step, (digest, clean_reply))
-        while shown < len(points) and points[shown][0] in rows:  # in crash-point order
-            if not as_json:
-                say.line(_row(rows[points[shown][0]]))
-            shown += 1
-        say.progress(f"   {len(rows)}/{len(points)} crash points done")
+    def show(row: WorkspaceRow) -> None:
+        if not as_json:
+            say.line(_row(row))
 
-    async with anyio.create_task_group() as tg:
-        for index, (crash_at, step) in enumerate(points):
-            tg.start_soon(one, index, crash_at, step)
+    ordered = await run_crash_matrix(
+        len(points),
+        lambda index: _crash_point(ctx, index, *points[index], (digest, clean_reply)),
+        show,
+        progress=lambda done: say.progress(f"   {done}/{len(points)} crash points done"),
+        at_once=8,  # worker processes at once: 2 cores are busy at 8
+    )
     say.end_progress()
-    ordered = [rows[crash_at] for crash_at, _ in points]
     ok = steps == STEPS and all(_ok(row) for row in ordered)
     seconds = round(time.monotonic() - started, 1)
     if as_json:
