@@ -40,7 +40,7 @@ from world_core.errors import (
     PossiblyRanError,
     TurnNotReadyError,
 )
-from world_core.journal import _journal
+from world_core.journal import _journal, blob_scope
 
 pytestmark = pytest.mark.anyio
 
@@ -384,6 +384,55 @@ async def test_blobs_are_content_addressed_and_checked(world: World) -> None:
     assert await blobs.get(half) == b"abcdefgh"
     with pytest.raises(NotFoundError, match="damaged"):
         await blobs.get(BlobRef(digest=ref.digest, size=11))
+
+
+async def test_a_sessions_blobs_are_its_own_indexed_before_written_and_deleted_with_it(
+    world: World,
+) -> None:
+    """A session's blob: the index append, then the stream (one more call than a shared
+    blob, once); the same bytes again cost one ``info``; another session's copy is its own,
+    and survives the first session's blobs being deleted; a shared blob is still read."""
+    from world_conformance.wrappers import PassThroughLog, PassThroughStream, PassThroughWorld
+    from world_core import Blobs
+
+    calls: list[str] = []
+
+    class Log(PassThroughLog):
+        async def append(self, log_id: str, events: Any, **kwargs: Any) -> int:
+            calls.append(f"append {log_id}")
+            return await super().append(log_id, events, **kwargs)
+
+    class Stream(PassThroughStream):
+        async def info(self, stream_id: str) -> Any:
+            calls.append("info")
+            return await super().info(stream_id)
+
+        async def write(self, stream_id: str, chunks: Any, **kwargs: Any) -> int:
+            calls.append("write")
+            return await super().write(stream_id, chunks, **kwargs)
+
+        async def close(self, stream_id: str) -> None:
+            calls.append("close")
+            await super().close(stream_id)
+
+    counted = PassThroughWorld(world, log=Log(world.log), stream=Stream(world.stream))
+    mine = session_blobs(counted, "a")
+    ref = await mine.put(b"shared bytes")
+    assert calls == ["info", f"append blobindex/{blob_scope('a')}", "write", "close"]
+    calls.clear()
+    assert await mine.put(b"shared bytes") == ref
+    assert calls == ["info"]
+    theirs = session_blobs(world, "b")
+    await theirs.put(b"shared bytes")
+    assert mine.stream_id(ref) != theirs.stream_id(ref)
+    old = await Blobs(world.stream).put(b"written before sessions owned blobs")
+    assert await mine.get(old) == b"written before sessions owned blobs"
+    assert await session_blobs(world, "a").delete_all() == 1
+    with pytest.raises(NotFoundError, match="missing"):
+        await mine.get(ref)
+    assert await theirs.get(ref) == b"shared bytes"
+    assert await Blobs(world.stream).get(old) == b"written before sessions owned blobs"
+    assert await world.log.tail(f"blobindex/{blob_scope('a')}") == 0
 
 
 async def test_history_is_every_turn_submitted_before(world: World) -> None:

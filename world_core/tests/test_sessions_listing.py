@@ -1,5 +1,6 @@
 """Listing sessions by id pages through the log listing: a page reads its own sessions only,
-so a namespace of any size lists (``world sessions --all``) holding one page at a time."""
+so a namespace of any size lists (``world sessions --all``) holding one page at a time; and
+``world delete`` removes one of them."""
 
 from __future__ import annotations
 
@@ -126,3 +127,27 @@ async def test_world_sessions_all_streams_every_session_by_id(world: World, tmp_
     refused = await anyio.to_thread.run_sync(lambda: run("--all", "--order", "updated"))
     assert refused.returncode == 2
     assert "--all lists by id" in refused.stderr
+
+
+async def test_world_delete_refuses_an_unfinished_turn_and_deletes_with_force(
+    world: World, tmp_path: Path
+) -> None:
+    command = [sys.executable, "-m", "world_core._cli", "delete", "s0007", "--world", "local"]
+    command += ["--url", str(tmp_path / "world"), "--namespace", NAMESPACE]
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, *extra], capture_output=True, text=True, timeout=120, check=False
+        )
+
+    refused = await anyio.to_thread.run_sync(run)
+    assert refused.returncode == 1
+    assert "turn 't' of session 's0007' is not finished" in refused.stderr
+    assert "--force" in refused.stderr
+    assert await world.log.tail("session/s0007") == 1
+    deleted = await anyio.to_thread.run_sync(lambda: run("--force"))
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout == f"deleted session s0007 (namespace {NAMESPACE})\n"
+    listed = [s.session for s in (await list_sessions(world, order="id", limit=1000)).sessions]
+    assert "s0007" not in listed
+    assert len(listed) == SESSIONS - 1

@@ -5,7 +5,7 @@ Exit statuses (``world --help`` shows them too):
 ====  ===========================================================================================
 0     done
 1     the command ran and reports a failure (``world demo``: a target not met;
-      ``world replay-check``: a turn diverged)
+      ``world replay-check``: a turn diverged; ``world delete``: a turn not finished)
 2     usage or configuration error; also ``world`` alone, which prints its help on stdout
 3     ``world worker --once``: no turn came
 4     ``world worker --once``: the turn failed
@@ -37,7 +37,8 @@ from world_core._cli_observe import register as register_observe_commands
 from world_core._cli_replay import register as register_replay_commands
 from world_core._cli_waits import register as register_wait_commands
 from world_core._select import list_worlds, load_attr, open_world
-from world_core.errors import ConfigurationError, WorldError
+from world_core.errors import ConfigurationError, TurnNotReadyError, WorldError
+from world_core.journal._delete import delete_session
 
 __all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "for_the_command_line", "main", "run"]
 
@@ -51,7 +52,7 @@ EXIT_STATUSES = """\
 exit status:
   0    done
   1    the command ran and reports a failure (world demo: a target not met;
-       world replay-check: a turn diverged)
+       world replay-check: a turn diverged; world delete: a turn not finished)
   2    usage or configuration error; also `world` alone (this help, on stdout)
   3    world worker --once: no turn came
   4    world worker --once: the turn failed
@@ -133,6 +134,22 @@ async def _info(args: argparse.Namespace) -> int:
         print(f"setting    {key} = {value}")
     for name, flag in capabilities.items():
         print(f"capability {name} = {flag}")
+    return 0
+
+
+async def _delete(args: argparse.Namespace) -> int:
+    async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
+        try:
+            await delete_session(world, args.session, force=args.force)
+        except TurnNotReadyError as exc:
+            print(
+                f"world delete: turn {exc.waiting_for!r} of session {args.session!r} is not "
+                "finished: wait for it (world tail), or add --force to delete it anyway (a "
+                "worker still running it may write again)",
+                file=sys.stderr,
+            )
+            return 1
+    print(f"deleted session {args.session} (namespace {world.namespace})")
     return 0
 
 
@@ -247,6 +264,15 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--wait", type=float, default=30.0, help="with --once: seconds to wait")
     worker.add_argument("--json", action="store_true", help="with --once: print the result")
     worker.set_defaults(run=lambda args: anyio.run(_worker, args))
+    delete = sub.add_parser(
+        "delete",
+        help="delete a session and all it owns: its logs, turns' live events, document heads "
+        "and blobs (safe to run again after a crash; refused while a turn is not finished)",
+    )
+    delete.add_argument("session", help="the session id (see world sessions)")
+    delete.add_argument("--force", action="store_true", help="delete even with a turn not finished")
+    add_world_options(delete)
+    delete.set_defaults(run=lambda args: anyio.run(_delete, args))
     register_wait_commands(sub, add_world_options)
     register_replay_commands(sub, add_world_options)
     register_observe_commands(sub, add_world_options)

@@ -45,8 +45,9 @@ Reads cost the same whatever the session's length
     (a tool's edit is committed in the session log only; the head follows on the next read,
     app or tool) copies the missing versions over, so it is always repaired, never trusted
     blindly. A version written in a generation the session has since continued from is found
-    too, at one keyed ``get`` per generation since the head log's last version. Deleting a
-    session's logs does not delete its head logs (``dochead/<digest>/``): delete them too.
+    too, at one keyed ``get`` per generation since the head log's last version. Head logs
+    live under ``dochead/<digest>/`` (the session's ``session_digest``): ``delete_session``
+    deletes them with the session (``dochead`` is one of its ``SESSION_LOG_KINDS``).
     ``tests/test_documents.py`` counts the World calls of a read at 10 and 10,000 events.
 
 Large values and small edits
