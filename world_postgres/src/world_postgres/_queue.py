@@ -182,8 +182,10 @@ class PostgresQueue(Queue):
             return await self._claim_now(queue, worker, lease, limit)
         deadline = time.monotonic() + wait
         wake_tag = tag("q", queue)
-        with self._listener.subscribe(wake_tag) as event:
-            waiter = Waiter(self._listener, wake_tag, event)
+        # One claimer of this process is woken per notification (see Listener): it sleeps
+        # only after a look that found nothing, so each message has a look after it.
+        with self._listener.subscribe(wake_tag, one=True) as sub:
+            waiter = Waiter(self._listener, wake_tag, sub)
             await waiter.start()
             while True:
                 waiter.arm()
