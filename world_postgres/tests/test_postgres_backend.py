@@ -515,11 +515,11 @@ async def test_a_message_wakes_one_sleeping_claimer_of_a_process(
                 before = looks
                 for n in range(messages):
                     await producer.queue.enqueue("herd", b"m%d" % n)
-                    left = claimers - n - 1
-                    await until(
-                        lambda n=n, left=left: len(got) == n + 1 and listener.sleeping == left,
-                        f"message {n} claimed, the other claimers asleep",
-                    )
+
+                    def settled(n: int = n) -> bool:
+                        return len(got) == n + 1 and listener.sleeping == claimers - n - 1
+
+                    await until(settled, f"message {n} claimed, the other claimers asleep")
                 assert listener.reconnects == 0  # a reconnect wakes every claimer, by design
                 assert looks - before == messages  # one look each: the claimer that got it
                 # A look that finds nothing learns when to look again in the same round trip.
@@ -549,7 +549,7 @@ async def test_a_claimer_leaving_hands_its_wakeup_on(
     go = {name: anyio.Event() for name in ("first", "second")}
 
     async def gate(step: str) -> None:
-        name = anyio.get_current_task().name
+        name = anyio.get_current_task().name or ""
         if hold.get(name) == step:
             del hold[name]
             held[name].set()
