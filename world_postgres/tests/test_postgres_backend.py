@@ -3,6 +3,7 @@ namespaces, purge, seq races, NOTIFY wake-ups across processes, outbox atomicity
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import secrets
 import subprocess
@@ -30,6 +31,7 @@ from world_core import (
 from world_postgres import PostgresWorld, connect
 from world_postgres._db import Database, tag, tag_key
 from world_postgres._log import PostgresLog
+from world_postgres._queue import PostgresQueue
 from world_postgres._schema import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
@@ -467,6 +469,158 @@ async def test_registration_survives_other_waiters_leaving(
                 assert await pg_world.queue.claim("q", "other", lease=5, wait=0.05) == []
                 await producer.queue.enqueue("q", b"late")
         assert got == [b"late"]
+    finally:
+        await producer.aclose()
+
+
+async def test_a_message_wakes_one_sleeping_claimer_of_a_process(
+    pg_world: PostgresWorld, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Waking every sleeping claimer would cost each a claim query per message: at 50,000
+    # sessions, hundreds of claim loops a process.
+    monkeypatch.setattr(world_postgres._wait, "_POLL_LISTENING", 3600.0)
+    looks = 0
+    claim_now = PostgresQueue._claim_now
+
+    async def counted(self: PostgresQueue, *args: Any) -> Any:
+        nonlocal looks
+        looks += 1
+        return await claim_now(self, *args)
+
+    monkeypatch.setattr(PostgresQueue, "_claim_now", counted)
+    round_trips = 0
+    run = Database.run
+
+    async def counted_run(self: Database, what: str, *args: Any, **how: Any) -> Any:
+        nonlocal round_trips
+        round_trips += what == "claim"
+        return await run(self, what, *args, **how)
+
+    monkeypatch.setattr(Database, "run", counted_run)
+    listener = pg_world._listener
+    producer = await connect(url=pg_url, namespace=pg_world.namespace)
+    claimers, messages = 12, 5
+    got: list[bytes] = []
+
+    async def claimer() -> None:
+        leases = await pg_world.queue.claim("herd", "w", lease=30, wait=3600)
+        got.extend(lease.payload for lease in leases)
+
+    try:
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                for _ in range(claimers):
+                    tg.start_soon(claimer)
+                await until(lambda: listener.sleeping == claimers, "every claimer asleep")
+                before = looks
+                for n in range(messages):
+                    await producer.queue.enqueue("herd", b"m%d" % n)
+
+                    def settled(n: int = n) -> bool:
+                        return len(got) == n + 1 and listener.sleeping == claimers - n - 1
+
+                    await until(settled, f"message {n} claimed, the other claimers asleep")
+                assert listener.reconnects == 0  # a reconnect wakes every claimer, by design
+                assert looks - before == messages  # one look each: the claimer that got it
+                # A look that finds nothing learns when to look again in the same round trip.
+                assert round_trips == looks
+                tg.cancel_scope.cancel()
+        assert sorted(got) == [b"m%d" % n for n in range(messages)]
+    finally:
+        await producer.aclose()
+
+
+@pytest.mark.parametrize("leaves_by", ["deadline", "cancellation"])
+async def test_a_claimer_leaving_hands_its_wakeup_on(
+    pg_world: PostgresWorld, pg_url: str, monkeypatch: pytest.MonkeyPatch, leaves_by: str
+) -> None:
+    """The claimer woken for a message leaves without it: chosen while looking (its look
+    began before the message) and then past its deadline, or cancelled in the look its
+    wake-up started. The other claimer, which looked before the message and then sleeps (the
+    look, and the query for the soonest visible message, are what would see it), must still
+    get it; no safety poll here."""
+    monkeypatch.setattr(world_postgres._wait, "_POLL_LISTENING", 3600.0)
+    # Held steps, per claimer (task name): before or after its next look, or before its next
+    # real sleep; the events say it is held and let it go.
+    hold: dict[str, str] = (
+        {"first": "after look", "second": "sleep"} if leaves_by == "deadline" else {}
+    )
+    held = {name: anyio.Event() for name in ("first", "second")}
+    go = {name: anyio.Event() for name in ("first", "second")}
+
+    async def gate(step: str) -> None:
+        name = anyio.get_current_task().name or ""
+        if hold.get(name) == step:
+            del hold[name]
+            held[name].set()
+            await go[name].wait()
+
+    claim_now = PostgresQueue._claim_now
+
+    async def gated_look(self: PostgresQueue, *args: Any) -> Any:
+        await gate("before look")
+        leases = await claim_now(self, *args)
+        await gate("after look")
+        return leases
+
+    sleep = world_postgres._wait.Waiter.sleep
+
+    async def gated_sleep(self: world_postgres._wait.Waiter, seconds: float | None = None) -> None:
+        if self._listener.is_registered(self._tag):  # else it registers and looks again
+            await gate("sleep")
+        await sleep(self, seconds)
+
+    monkeypatch.setattr(PostgresQueue, "_claim_now", gated_look)
+    monkeypatch.setattr(world_postgres._wait.Waiter, "sleep", gated_sleep)
+    listener = pg_world._listener
+    wake_tag = tag("q", "q")
+    producer = await connect(url=pg_url, namespace=pg_world.namespace)
+    got: dict[str, list[bytes]] = {"first": [], "second": []}
+    first = anyio.CancelScope()
+
+    first_gone = anyio.Event()
+
+    async def claimer(name: str, wait: float) -> None:
+        try:
+            with first if name == "first" else contextlib.nullcontext():
+                leases = await pg_world.queue.claim("q", name, lease=30, wait=wait)
+                got[name].extend(lease.payload for lease in leases)
+        finally:
+            if name == "first":
+                first_gone.set()
+
+    try:
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                # The first subscribes first: of two alike, the older is woken.
+                deadline = 0.05 if leaves_by == "deadline" else 3600
+                tg.start_soon(claimer, "first", deadline, name="first")
+                if leaves_by == "deadline":
+                    await held["first"].wait()  # looking, past the look's query
+                tg.start_soon(claimer, "second", 3600, name="second")
+                if leaves_by == "deadline":
+                    await held["second"].wait()  # about to sleep: neither sleeps
+                else:
+                    await until(lambda: listener.sleeping == 2, "both claimers asleep")
+                    hold["first"] = "before look"
+                await until(lambda: listener.is_registered(wake_tag), "the tag registered")
+                await producer.queue.enqueue("q", b"m")
+                if leaves_by == "deadline":
+                    await until(
+                        lambda: (
+                            [s.event.is_set() for s in listener._waiters[wake_tag]] == [True, False]
+                        ),
+                        "the first claimer chosen",
+                    )
+                    await anyio.sleep(deadline)  # its deadline passes while it looks
+                    go["first"].set()
+                else:
+                    await held["first"].wait()  # it took the wake-up; cancelled before looking
+                    first.cancel()
+                await first_gone.wait()
+                go["second"].set()
+                await until(lambda: got["second"] == [b"m"], "the second claimer got it")
+        assert got["first"] == []
     finally:
         await producer.aclose()
 

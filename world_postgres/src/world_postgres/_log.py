@@ -235,8 +235,8 @@ class PostgresLog(Log):
 
     async def _watch(self, log_id: str, after: int) -> AsyncIterator[Event]:
         wake_tag = tag("l", log_id)
-        with self._listener.subscribe(wake_tag) as event:
-            waiter = Waiter(self._listener, wake_tag, event)
+        with self._listener.subscribe(wake_tag) as sub:
+            waiter = Waiter(self._listener, wake_tag, sub)
             await waiter.start()
             position = after
             while True:

@@ -10,7 +10,7 @@ from typing import Any
 
 from world_postgres._db import Database, is_transient, tag_key
 
-__all__ = ["Listener"]
+__all__ = ["Listener", "Subscription"]
 
 log = logging.getLogger("world_postgres")
 
@@ -30,6 +30,18 @@ _REGISTER = """
 _UNREGISTER = "SELECT pg_advisory_unlock_shared($1, $2)"
 
 
+class Subscription:
+    """One waiter on a tag: the event that wakes it, whether it sleeps on that event now, and
+    whether it takes one wake-up per notification (a claim) or every one (a watch, a read)."""
+
+    __slots__ = ("event", "one", "sleeping")
+
+    def __init__(self, *, one: bool) -> None:
+        self.event = asyncio.Event()
+        self.one = one
+        self.sleeping = False
+
+
 class Listener:
     """Wakes waiters subscribed to a tag when a NOTIFY with that tag arrives.
 
@@ -37,11 +49,27 @@ class Listener:
     schema), so a waiter registers its tag before its last look at the store. The connection
     is opened on the first wait and reopened after any loss; then every registered tag is
     registered again and every waiter is woken, since notifications sent meanwhile are lost.
+
+    A notification wakes every ``one=False`` subscriber of its tag (log watches and stream
+    readers each need every write) but only one ``one=True`` subscriber (queue claimers: one
+    message needs one claimer; waking all of them cost a claim query each for nothing). That
+    one is a subscriber without a wake-up pending, asleep if any is; when every one has a
+    wake-up pending, none is woken, as each of them looks at the store again anyway. No
+    wake-up is lost, so no message is left to the safety poll while a claimer waits for it:
+
+    * a woken subscriber looks at the store after the wake-up (``arm`` clears the event only
+      before a look), and a claimer sleeps only after a look that found nothing to claim, so
+      whatever was written before its last look is claimed by someone;
+    * one chosen while looking may have looked before the write: it looks once more;
+    * one leaving with its wake-up still pending (its deadline passed, or it claimed
+      something in the look it was chosen during) hands it on to another, and so does one
+      leaving by an error or a cancellation, which may have been looking on a wake-up;
+    * a reconnect wakes every subscriber, since notifications sent meanwhile are lost.
     """
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._waiters: dict[str, dict[Subscription, None]] = {}  # ordered: oldest woken first
         self._task: asyncio.Task[None] | None = None
         self._conn: Any = None
         self._conn_lock = asyncio.Lock()
@@ -62,16 +90,22 @@ class Listener:
         return self._listening.is_set() and tag in self._registered
 
     @contextlib.contextmanager
-    def subscribe(self, tag: str) -> Iterator[asyncio.Event]:
-        """An event set whenever ``tag`` is notified (or the listener reconnected)."""
-        event = asyncio.Event()
-        self._waiters.setdefault(tag, set()).add(event)
+    def subscribe(self, tag: str, *, one: bool = False) -> Iterator[Subscription]:
+        """A subscription whose event is set when ``tag`` is notified (every time, or with
+        ``one`` when this subscriber is the one chosen) or the listener reconnected."""
+        sub = Subscription(one=one)
+        self._waiters.setdefault(tag, {})[sub] = None
         try:
-            yield event
+            yield sub
+        except BaseException:
+            sub.event.set()  # it may have been looking on a wake-up it took: hand one on
+            raise
         finally:
             waiters = self._waiters.get(tag)
             if waiters is not None:
-                waiters.discard(event)
+                waiters.pop(sub, None)
+                if one and sub.event.is_set():
+                    self._wake_one(waiters)  # the wake-up it leaves unused
                 if not waiters:
                     del self._waiters[tag]
                     if tag in self._registered and not self._closed:
@@ -148,13 +182,32 @@ class Listener:
         self._wake_all()
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        for event in self._waiters.get(payload, ()):
-            event.set()
+        waiters = self._waiters.get(payload)
+        if waiters:
+            for sub in waiters:
+                if not sub.one:
+                    sub.event.set()
+            self._wake_one(waiters)
+
+    @staticmethod
+    def _wake_one(waiters: dict[Subscription, None]) -> None:
+        # The oldest sleeper without a wake-up pending; else one looking at the store, which
+        # may have looked before the write and so looks once more.
+        chosen: Subscription | None = None
+        for sub in waiters:
+            if sub.one and not sub.event.is_set():
+                if sub.sleeping:
+                    chosen = sub
+                    break
+                if chosen is None:
+                    chosen = sub
+        if chosen is not None:
+            chosen.event.set()
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
-            for event in waiters:
-                event.set()
+            for sub in waiters:
+                sub.event.set()
 
     async def _run(self) -> None:
         delay = 0.05

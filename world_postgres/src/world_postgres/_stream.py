@@ -115,8 +115,8 @@ class PostgresStream(Stream):
 
     async def _follow(self, stream_id: str, start: int) -> AsyncIterator[Chunk]:
         wake_tag = tag("s", stream_id)
-        with self._listener.subscribe(wake_tag) as event:
-            waiter = Waiter(self._listener, wake_tag, event)
+        with self._listener.subscribe(wake_tag) as sub:
+            waiter = Waiter(self._listener, wake_tag, sub)
             await waiter.start()
             position = start
             if position < 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from world_postgres._notify import Listener
+from world_postgres._notify import Listener, Subscription
 
 __all__ = ["Waiter"]
 
@@ -23,17 +23,17 @@ class Waiter:
     that look, what is written after it is notified.
     """
 
-    def __init__(self, listener: Listener, tag: str, event: asyncio.Event) -> None:
+    def __init__(self, listener: Listener, tag: str, sub: Subscription) -> None:
         self._listener = listener
         self._tag = tag
-        self._event = event
+        self._sub = sub
 
     async def start(self) -> None:
         await self._listener.ready(within=2.0)
 
     def arm(self) -> None:
         """Forget earlier wake-ups; call before looking at the store."""
-        self._event.clear()
+        self._sub.event.clear()
 
     async def sleep(self, seconds: float | None = None) -> None:
         """Sleep at most ``seconds`` (None: until woken or the safety poll)."""
@@ -46,8 +46,10 @@ class Waiter:
             cap = _POLL_LISTENING
         timeout = cap if seconds is None else max(0.0, min(seconds, cap))
         listener.sleeping += 1
+        self._sub.sleeping = True
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout)
+                await asyncio.wait_for(self._sub.event.wait(), timeout)
         finally:
+            self._sub.sleeping = False
             listener.sleeping -= 1
