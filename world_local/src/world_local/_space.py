@@ -97,6 +97,7 @@ class Space:
         self._open: OrderedDict[FoldedFile, None] = OrderedDict()  # in order of opening
         # Per object, one event per event loop: a World may be used by one loop after another.
         self._events: dict[tuple[str, str], dict[object, anyio.Event]] = {}
+        self._pollers: dict[tuple[str, str], dict[object, anyio.Lock]] = {}
 
     def file(self, cls: type[F], ident: str) -> F:
         """The (cached) folded file of ``ident`` in the ``cls.kind`` folder."""
@@ -209,6 +210,24 @@ class Space:
         if event is None:
             event = by_loop[loop] = anyio.Event()
         return event
+
+    def poller(self, kind: str, ident: str) -> anyio.Lock:
+        """The lock that the one waiter of this process polling (kind, ident) holds; give it
+        back with :meth:`poller_done`."""
+        by_loop = self._pollers.setdefault((kind, ident), {})
+        loop = anyio.lowlevel.current_token()
+        lock = by_loop.get(loop)
+        if lock is None:
+            lock = by_loop[loop] = anyio.Lock()
+        return lock
+
+    def poller_done(self, kind: str, ident: str, lock: anyio.Lock) -> None:
+        lock.release()
+        if not lock.locked() and not lock.statistics().tasks_waiting:  # nobody polls: forget it
+            by_loop = self._pollers.get((kind, ident), {})
+            by_loop.pop(anyio.lowlevel.current_token(), None)
+            if not by_loop:
+                self._pollers.pop((kind, ident), None)
 
     def changed(self, kind: str, ident: str) -> None:
         for event in self._events.pop((kind, ident), {}).values():
