@@ -243,6 +243,7 @@ class FoldedFile:
         self._forks = _forks
         self._checked = False  # the header of the open file was read since it was opened
         self._drop = False  # the file was unlinked or replaced: close it after this use
+        self._unsynced = False  # a frame was committed with sync=False in this use
         self.keep_open = True
         """False once the owner asked to close the file (:meth:`let_go`) while it was in use."""
         self.reset()
@@ -383,6 +384,7 @@ class FoldedFile:
         """
         if not self.mutex.acquire(blocking=block):
             raise Busy(self.path)
+        unsynced: int | None = None  # a descriptor to fsync once the locks are released
         try:
             while True:
                 current = self._current(writable=True)
@@ -407,15 +409,36 @@ class FoldedFile:
                         os.ftruncate(fd, self.end)
                     return fn(fd)
                 finally:
-                    if self._drop or not self.keep_open:
-                        self._close()  # which releases the lock
-                    else:
-                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    try:
+                        if self._unsynced and not self._drop:  # (a replaced file was fsynced)
+                            unsynced = os.dup(fd)  # this one may be closed meanwhile
+                    finally:
+                        self._unsynced = False
+                        if self._drop or not self.keep_open:
+                            self._close()  # which releases the lock
+                        else:
+                            fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             self.mutex.release()
+            if unsynced is not None:
+                try:
+                    os.fsync(unsynced)
+                finally:
+                    os.close(unsynced)
 
-    def commit(self, fd: int, frame: bytes) -> None:
-        """Append one frame durably and fold it in."""
+    def commit(self, fd: int, frame: bytes, *, sync: bool = True) -> None:
+        """Append one frame and fold it in; durably now, or (``sync`` false) by the fsync that
+        :meth:`writing` makes after releasing the locks, before it returns.
+
+        The late fsync lets the next writer (a thread of this process, another process) go on
+        without waiting for the disk; concurrent fsyncs of a file share the journal commits of
+        the file system. The next writer may build on a frame not yet durable (a claim of a
+        message whose put is being fsynced): its own fsync, which flushes the whole file, makes
+        that frame durable before its call returns. Readers that take no lock could always see
+        a frame while its writer fsyncs. Use ``sync`` when a later step of the same call must
+        not be durable without this frame (the log frame of an outbox append, before its
+        messages are delivered and its intent removed).
+        """
         try:
             write_all(fd, frame, self.end)
         except BaseException:
@@ -423,7 +446,10 @@ class FoldedFile:
             raise
         # If fsync fails the frame stays: it is whole, and readers may already have seen it.
         # The caller gets BackendUnavailableError, which says the outcome is unknown.
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
+        else:
+            self._unsynced = True
         # Folded from the bytes in hand, not read back: under the lock, with the state synced
         # by writing(), this frame is the only one after self.end, in the same inode.
         start = self.end + _HEAD.size

@@ -117,7 +117,7 @@ class QueueFile(FoldedFile):
         return message
 
     def commit_ops(self, fd: int, ops: list[dict[str, Any]], blobs: Sequence[bytes] = ()) -> None:
-        self.commit(fd, encode_frame({"ops": ops}, blobs))
+        self.commit(fd, encode_frame({"ops": ops}, blobs), sync=False)
         if self.end > COMPACT_BYTES and self.end > 2 * (self.size + 256 * len(self.messages)):
             kept = list(self.messages.values())
             snapshot = [_put(m, i) for i, m in enumerate(kept)]
