@@ -19,10 +19,11 @@ and one JSON line:
   - ``file work``: the World's file work for that append (``LocalLog._write``: mutex, open,
     flock, path check, header and tail read, frame encode, write, fsync, fold), called on
     the caller's thread. Its ratio is what the file format and locking add to write + fsync.
-  - ``floor in a worker thread``: the floor itself through ``anyio.to_thread.run_sync``, as
-    the World runs its file work (an fsync must not stall the event loop). Its ratio is the
-    thread hop's part, which the fsync makes costlier than an idle hop: the event loop sleeps
-    in epoll meanwhile and must be woken, on a loaded machine behind other processes.
+  - ``floor in a worker thread``: the floor itself through the World's hand-off to its
+    worker threads (``world_local._threads.run_sync``), as the World runs its file work (an
+    fsync must not stall the event loop). Its ratio is the thread hop's part, which the fsync
+    makes costlier than an idle hop: the event loop sleeps in epoll meanwhile and must be
+    woken, on a loaded machine behind other processes.
 
   What the append adds beyond these (validation, the ``NewEvent``, the wake-up of this
   process's watchers) is the rest of its ratio.
@@ -54,12 +55,12 @@ import tempfile
 from pathlib import Path
 
 import anyio
-import anyio.to_thread
 from _world_rows import Row, drain, ms, pair_rows, pairs, run_and_print, write_to_read
 
 from world_core import NewEvent
 from world_local import LocalWorld, connect
 from world_local._log import LocalLog
+from world_local._threads import run_sync
 
 PAYLOAD = b"e" * 256
 WARMUP = 20
@@ -95,7 +96,7 @@ async def bench_append(world: LocalWorld, folder: Path, count: int) -> list[Row]
         log._write("bench", event, None, None, ())
 
     async def raw_in_thread() -> None:
-        await anyio.to_thread.run_sync(floor.op)
+        await run_sync(floor.op)
 
     try:
         rows = pair_rows(

@@ -437,7 +437,9 @@ class FoldedFile:
         that frame durable before its call returns. Readers that take no lock could always see
         a frame while its writer fsyncs. Use ``sync`` when a later step of the same call must
         not be durable without this frame (the log frame of an outbox append, before its
-        messages are delivered and its intent removed).
+        messages are delivered and its intent removed), or where writers of one file rarely
+        meet (a log, a stream: one writer each, mostly), as the late fsync costs a ``dup``.
+        Queues, which every worker writes, use the late fsync.
         """
         try:
             write_all(fd, frame, self.end)

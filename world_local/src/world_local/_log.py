@@ -159,7 +159,7 @@ class LocalLog(Log):
             if messages:
                 file.intent = True
                 meta["outbox"] = outbox.begin(space, file, messages)
-            file.commit(fd, encode_frame(meta, [e.data for e in events]), sync=bool(messages))
+            file.commit(fd, encode_frame(meta, [event.data for event in events]))
             if messages:  # without, there is no intent: the one a crash left went first
                 queues += outbox.finish(space, file, fd)
                 file.intent = False

@@ -86,7 +86,7 @@ class LocalStream(Stream):
                     expected=expect_next,
                     actual=len(file.chunks),
                 )
-            file.commit(fd, frame, sync=False)
+            file.commit(fd, frame)
             return len(file.chunks)
 
         next_index = await self._space.run(lambda: file.writing(work), creates=True)
@@ -100,7 +100,7 @@ class LocalStream(Stream):
         def work(fd: int | None) -> None:
             assert fd is not None
             if not file.closed:
-                file.commit(fd, encode_frame({"closed": True}), sync=False)
+                file.commit(fd, encode_frame({"closed": True}))
 
         await self._space.run(lambda: file.writing(work), creates=True)
         self._space.changed(StreamFile.kind, stream_id)
