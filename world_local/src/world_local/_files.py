@@ -387,20 +387,19 @@ class FoldedFile:
         unsynced: int | None = None  # a descriptor to fsync once the locks are released
         try:
             while True:
-                current = self._current(writable=True)
-                if current is None:
+                fd = self._open(writable=True)  # checked once locked
+                if fd is None:
                     if create:
                         self._create()
                         continue
                     self._sync(None, None)
                     return fn(None)
-                fd = current[0]
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     raise Busy(self.path) from None
                 try:
-                    st = os.fstat(fd)  # again: it may have been unlinked while we waited
+                    st = os.fstat(fd)  # still linked? grown? (as locked: nobody else writes)
                     if not st.st_nlink:
                         self._drop = True
                         continue
