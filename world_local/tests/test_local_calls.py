@@ -7,7 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,14 +28,8 @@ WAIT = 30.0
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[LocalWorld]:
-    async with await connect(url=str(tmp_path / "store"), namespace="t") as opened:
-        yield opened
+def world(local_world: LocalWorld) -> LocalWorld:
+    return local_world
 
 
 @contextmanager

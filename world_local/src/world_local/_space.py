@@ -204,22 +204,12 @@ class Space:
     def event(self, kind: str, ident: str) -> anyio.Event:
         """The event the next change of (kind, ident) in this process sets. Take it *before*
         looking at the state, so a change between the look and the wait is not missed."""
-        by_loop = self._events.setdefault((kind, ident), {})
-        loop = anyio.lowlevel.current_token()
-        event = by_loop.get(loop)
-        if event is None:
-            event = by_loop[loop] = anyio.Event()
-        return event
+        return _of_this_loop(self._events.setdefault((kind, ident), {}), anyio.Event)
 
     def poller(self, kind: str, ident: str) -> anyio.Lock:
         """The lock that the one waiter of this process polling (kind, ident) holds; give it
         back with :meth:`poller_done`."""
-        by_loop = self._pollers.setdefault((kind, ident), {})
-        loop = anyio.lowlevel.current_token()
-        lock = by_loop.get(loop)
-        if lock is None:
-            lock = by_loop[loop] = anyio.Lock()
-        return lock
+        return _of_this_loop(self._pollers.setdefault((kind, ident), {}), anyio.Lock)
 
     def poller_done(self, kind: str, ident: str, lock: anyio.Lock) -> None:
         lock.release()
@@ -232,6 +222,18 @@ class Space:
     def changed(self, kind: str, ident: str) -> None:
         for event in self._events.pop((kind, ident), {}).values():
             event.set()  # an event of a finished loop has no waiter left: setting it is harmless
+
+
+T = TypeVar("T")
+
+
+def _of_this_loop(by_loop: dict[object, T], make: Callable[[], T]) -> T:
+    """The object of the running event loop in ``by_loop``, made if missing."""
+    loop = anyio.lowlevel.current_token()
+    found = by_loop.get(loop)
+    if found is None:
+        found = by_loop[loop] = make()
+    return found
 
 
 # A folder that cannot be used as it is set: retrying will not help, the setting must change.
