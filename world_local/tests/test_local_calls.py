@@ -159,10 +159,11 @@ async def test_idle_claims_of_one_process_share_one_poll(
             for _ in range(claimers):
                 tg.start_soon(lambda: world.queue.claim("q", "w", lease=30, wait=wait))
     # Each claim looks once at its start; then one of them polls (a look after 5 ms, 10,
-    # 20, 40, 80, then every 100: at most 9 in 0.5 s) while the others wait their turn, and
-    # each handed the turn at its deadline looks at most once more. Each polling alone would
-    # make about 9 looks each, two trips a look before.
-    assert trips[0] <= claimers + 9 + claimers
+    # 20, 40, 80, then every 100: at most 9 in 0.5 s) while the others wait their turn; one
+    # handed the turn near its deadline polls only for what is left of it (a loaded machine
+    # spreads the starts, so a few looks each at most). Polling on their own, the 20 would
+    # make about 9 looks each, 360 trips at two a look.
+    assert trips[0] <= 4 * claimers
 
 
 async def test_an_idle_look_reads_nothing(
