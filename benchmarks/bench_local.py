@@ -19,10 +19,11 @@ and one JSON line:
   - ``file work``: the World's file work for that append (``LocalLog._write``: mutex, open,
     flock, path check, header and tail read, frame encode, write, fsync, fold), called on
     the caller's thread. Its ratio is what the file format and locking add to write + fsync.
-  - ``floor in a worker thread``: the floor itself through ``anyio.to_thread.run_sync``, as
-    the World runs its file work (an fsync must not stall the event loop). Its ratio is the
-    thread hop's part, which the fsync makes costlier than an idle hop: the event loop sleeps
-    in epoll meanwhile and must be woken, on a loaded machine behind other processes.
+  - ``floor in a worker thread``: the floor itself through the World's hand-off to its
+    worker threads (``world_local._threads.run_sync``), as the World runs its file work (an
+    fsync must not stall the event loop). Its ratio is the thread hop's part, which the fsync
+    makes costlier than an idle hop: the event loop sleeps in epoll meanwhile and must be
+    woken, on a loaded machine behind other processes.
 
   What the append adds beyond these (validation, the ``NewEvent``, the wake-up of this
   process's watchers) is the rest of its ratio.
@@ -31,15 +32,15 @@ and one JSON line:
 * stream: latency from the start of a 4-byte ``Stream.write`` to a reader on the same World
   (another task, woken in-process) yielding the chunk.
 
-What remains, as measured (two runs of ``--messages 40 --chunks 20``, load average 16, two
-cores shared): the append is 1.95x and 2.08x its floor at p50 (2.64x and 2.77x before
-1746c28 cut the file work's read-backs). Its parts: the thread hop, 1.3x to 1.6x on its own
-(the floor in a worker thread); the file work, 1.35x to 1.45x, of which the fsync is the
-floor's and the rest, 180 to 270 us of CPU on this loaded machine (315 before), is
-opening and locking the file (open, flock, the path check: 35 to 50 us), syncing the state
-(header and tail reads: 25 to 50 us), the outbox check (one failed open), encoding the frame
-and folding it in. The CPU column of the append (475 to 600 us against the floor's 90) is
-mostly the hop: waking a worker thread, then the event loop.
+What remains, as measured (2026-12-02, two runs of ``--messages 40 --chunks 20`` each, the
+code before and after alternating, load average 13 on two shared cores): the append is 2.06x
+and 1.97x its floor at p50 (2.35x and 2.43x before files were kept open and the hand-off was
+the World's own). Its parts: the thread hop, 1.37x to 1.41x on its own (1.48x to 1.67x
+through ``anyio.to_thread.run_sync``); the file work, 1.41x to 1.44x (1.55x to 1.68x before),
+now five system calls besides the floor's write and fsync (flock, fstat, unlock; no open,
+close, path lookup, header or tail read, outbox probe) plus the frame's encoding, its fold
+and the locks in Python. The CPU column of the append (234 to 341 us against the floor's 70
+to 112; 432 to 459 before) is mostly the two wake-ups of the hop and the Python around it.
 
 Timings on a shared machine are noisy: compare the rows of one run, not runs. Bounded: a few
 seconds with ``--quick``, about half a minute with the defaults.
@@ -54,12 +55,12 @@ import tempfile
 from pathlib import Path
 
 import anyio
-import anyio.to_thread
 from _world_rows import Row, drain, ms, pair_rows, pairs, run_and_print, write_to_read
 
 from world_core import NewEvent
 from world_local import LocalWorld, connect
 from world_local._log import LocalLog
+from world_local._threads import run_sync
 
 PAYLOAD = b"e" * 256
 WARMUP = 20
@@ -95,7 +96,7 @@ async def bench_append(world: LocalWorld, folder: Path, count: int) -> list[Row]
         log._write("bench", event, None, None, ())
 
     async def raw_in_thread() -> None:
-        await anyio.to_thread.run_sync(floor.op)
+        await run_sync(floor.op)
 
     try:
         rows = pair_rows(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -35,14 +34,8 @@ WAIT = 30.0
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[LocalWorld]:
-    async with await connect(url=str(tmp_path / "store"), namespace="t") as opened:
-        yield opened
+def world(local_world: LocalWorld) -> LocalWorld:
+    return local_world
 
 
 def _files(folder: Path) -> list[Path]:

@@ -67,6 +67,7 @@ class LocalWorld(World):
 
     async def aclose(self) -> None:
         self._space.closed = True
+        self._space.forget()  # closes its files (a call still running closes its own after)
 
 
 def _folder(url: str | None) -> tuple[Path, str]:

@@ -18,6 +18,7 @@ itself and check, once locked, that the path still names the file they locked.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -26,7 +27,7 @@ import threading
 import uuid
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -83,9 +84,12 @@ def read_exact(fd: int, size: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def read_frame(fd: int, offset: int) -> tuple[int, dict[str, Any], list[Blob]] | None:
+def read_frame(
+    fd: int, offset: int, size: int | None = None
+) -> tuple[int, dict[str, Any], list[Blob]] | None:
     """The frame at ``offset`` as (end offset, meta, blobs), or None when it is not (yet)
-    whole: missing, short, or failing its checksum."""
+    whole: missing, short, or failing its checksum. ``size``: the file's size if known (an
+    fstat saved), else it is looked up."""
     head = read_exact(fd, _HEAD.size, offset)
     if len(head) < _HEAD.size:
         return None
@@ -93,7 +97,9 @@ def read_frame(fd: int, offset: int) -> tuple[int, dict[str, Any], list[Blob]] |
     if magic != MAGIC:
         return None
     start = offset + _HEAD.size
-    if start + length > os.fstat(fd).st_size:  # not yet (or never) whole; don't read garbage
+    if size is None:
+        size = os.fstat(fd).st_size
+    if start + length > size:  # not yet (or never) whole; don't read garbage
         return None
     body = read_exact(fd, length, start)
     if len(body) < length or zlib.crc32(body) != crc:
@@ -123,10 +129,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes, offset: int | None = None) -> None:
+    """Write all of ``data``, at ``offset`` if given (else at the file position)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        if offset is None:
+            view = view[os.write(fd, view) :]
+        else:
+            done = os.pwrite(fd, view, offset)
+            view, offset = view[done:], offset + done
 
 
 @contextmanager
@@ -174,18 +185,43 @@ def _same_file(fd: int, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
+_forks = 0
+"""Incremented in a child process after fork: descriptors opened before it are shared with
+the parent, and so would be its flocks (a lock belongs to the open file, not the process)."""
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class FoldedFile:
     """One record file folded into in-memory state, kept in step incrementally.
 
     Subclasses define the state (``reset``) and how a frame changes it (``apply``). Every use
     goes through :meth:`reading` or :meth:`writing`, which run in a worker thread: they hold
     ``self.mutex`` (threads of this process) and, for writing, the file's flock (processes).
+
+    The file stays open between uses (a few syscalls less each: no open, close, path lookup or
+    header read), while its owner (``opened``) lets it: it bounds how many files a process
+    keeps open and closes the others with :meth:`let_go`. An open file is checked at every use
+    with one ``fstat``: a link count of 0 means the path no longer names it (deleted, purged,
+    or compacted: replaced by a rename), so it is closed and the path opened again. A file
+    held open since the state was folded from it needs no header check: its inode cannot have
+    been reused meanwhile, and its size says whether anything was appended.
     """
 
     kind: ClassVar[str]
 
     def __init__(
-        self, path: Path, ident: str, resized: Callable[[FoldedFile], None] | None = None
+        self,
+        path: Path,
+        ident: str,
+        resized: Callable[[FoldedFile], None] | None = None,
+        opened: Callable[[FoldedFile], None] | None = None,
     ) -> None:
         self.path = path
         self.ident = ident
@@ -193,9 +229,23 @@ class FoldedFile:
         """Called, holding ``mutex``, when :attr:`held` differs from :attr:`reported`."""
         self.reported = 0
         """:attr:`held` as ``resized`` last recorded it (it sets this)."""
+        self.opened = opened
+        """Called, holding ``mutex``, when the file was opened (to bound open files)."""
         self.mutex = threading.Lock()
         self.uuid: str | None = None
         self.end = 0
+        self.foreign = True
+        """The last sync found something this process did not write (the file opened anew,
+        frames appended by another process, a torn tail): what a crash elsewhere may have
+        left must be looked for."""
+        self._fd: int | None = None
+        self._writable = False
+        self._forks = _forks
+        self._checked = False  # the header of the open file was read since it was opened
+        self._drop = False  # the file was unlinked or replaced: close it after this use
+        self._unsynced = False  # a frame was committed with sync=False in this use
+        self.keep_open = True
+        """False once the owner asked to close the file (:meth:`let_go`) while it was in use."""
         self.reset()
 
     def reset(self) -> None:
@@ -220,40 +270,108 @@ class FoldedFile:
         if self.resized is not None and self.held != self.reported:
             self.resized(self)
 
-    def _sync(self, fd: int | None) -> None:
-        """Bring the state up to the last whole frame of the file open at ``fd``."""
-        if fd is None:
-            self.uuid, self.end = None, 0
+    def _open(self, writable: bool) -> int | None:
+        """The file at the path, open (kept from an earlier use if still valid to keep); None
+        if missing. Holding ``mutex``."""
+        fd = self._fd
+        if fd is not None and (self._forks != _forks or (writable and not self._writable)):
+            self._close()
+            fd = None
+        if fd is not None:
+            return fd
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+            self._writable = True
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # a read-only store can still be read
+            if writable or exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            fd = os.open(self.path, os.O_RDONLY)
+            self._writable = False
+        self._fd, self._forks, self._checked, self.keep_open = fd, _forks, False, True
+        if self.opened is not None:
+            self.opened(self)
+        return fd
+
+    def _close(self) -> None:
+        """Close the open file (releasing its flock, if held). Holding ``mutex``."""
+        fd, self._fd, self._drop = self._fd, None, False
+        if fd is not None:
+            os.close(fd)
+
+    def _done(self) -> None:
+        """After a use, holding ``mutex``: close the file if it went or the owner asked to."""
+        if self._drop or not self.keep_open:
+            self._close()
+
+    def let_go(self) -> None:
+        """Close the file now if it is not in use, else after its current use."""
+        if self.mutex.acquire(blocking=False):
+            try:
+                self._close()
+            finally:
+                self.mutex.release()
+        else:
+            self.keep_open = False
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)  # not set if __init__ failed
+        if fd is not None:
+            with suppress(OSError):
+                os.close(fd)
+
+    def _sync(self, fd: int | None, st: os.stat_result | None) -> None:
+        """Bring the state up to the last whole frame of the file open at ``fd`` (of fstat
+        ``st``)."""
+        if fd is None or st is None:
+            self.uuid, self.end, self.foreign = None, 0, True
             self.reset()
             self._report()
             return
-        header = read_frame(fd, 0)
-        if header is None:  # files are linked into place whole, so this is not a crash
-            raise DamagedStoreError(f"{self.path} has no valid header")
-        end, meta, _ = header
-        if meta["uuid"] != self.uuid:
-            if (meta["kind"], meta["id"]) != (self.kind, self.ident):
-                raise DamagedStoreError(f"{self.path} holds {meta['kind']} {meta['id']!r}")
-            self.uuid, self.end = meta["uuid"], end
-            self.reset()
-        while (frame := read_frame(fd, self.end)) is not None:
-            self.end, meta, blobs = frame
-            self.apply(meta, blobs)
+        # Unchanged since this process last used it (the same open file, the size it left):
+        # nothing to read. Else the header too is checked, as every file once.
+        self.foreign = not self._checked or st.st_size != self.end
+        if self.foreign:
+            header = read_frame(fd, 0, st.st_size)
+            if header is None:  # files are linked into place whole, so this is not a crash
+                raise DamagedStoreError(f"{self.path} has no valid header")
+            end, meta, _ = header
+            if meta["uuid"] != self.uuid:
+                if (meta["kind"], meta["id"]) != (self.kind, self.ident):
+                    raise DamagedStoreError(f"{self.path} holds {meta['kind']} {meta['id']!r}")
+                self.uuid, self.end = meta["uuid"], end
+                self.reset()
+            elif st.st_size < self.end:  # committed frames gone: no crash does that
+                raise DamagedStoreError(f"{self.path} is shorter than its committed frames")
+            self._checked = True
+        if st.st_size > self.end:  # appended by another process (or a torn tail)
+            while (frame := read_frame(fd, self.end, st.st_size)) is not None:
+                self.end, meta, blobs = frame
+                self.apply(meta, blobs)
         self._report()
+
+    def _current(self, writable: bool) -> tuple[int, os.stat_result] | None:
+        """The open file the path names and its fstat; None if missing. Holding ``mutex``."""
+        while True:
+            fd = self._open(writable)
+            if fd is None:
+                return None
+            st = os.fstat(fd)
+            if st.st_nlink:
+                return fd, st
+            self._close()  # unlinked: the path names another file, or none
 
     def reading(self, fn: Callable[[int | None], R]) -> R:
         """Run ``fn(fd)`` on fresh state without taking the file lock; fd is None if missing."""
         with self.mutex:
             try:
-                fd: int | None = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                fd = None
-            try:
-                self._sync(fd)
+                current = self._current(writable=False)
+                fd, st = current if current is not None else (None, None)
+                self._sync(fd, st)
                 return fn(fd)
             finally:
-                if fd is not None:
-                    os.close(fd)
+                self._done()
 
     def writing(
         self, fn: Callable[[int | None], R], *, create: bool = True, block: bool = True
@@ -266,26 +384,73 @@ class FoldedFile:
         """
         if not self.mutex.acquire(blocking=block):
             raise Busy(self.path)
+        unsynced: int | None = None  # a descriptor to fsync once the locks are released
         try:
-            with self._locked(create, block) as fd:
-                self._sync(fd)
-                if fd is not None and os.fstat(fd).st_size > self.end:
-                    os.ftruncate(fd, self.end)
-                return fn(fd)
+            while True:
+                fd = self._open(writable=True)  # checked once locked
+                if fd is None:
+                    if create:
+                        self._create()
+                        continue
+                    self._sync(None, None)
+                    return fn(None)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise Busy(self.path) from None
+                try:
+                    st = os.fstat(fd)  # still linked? grown? (as locked: nobody else writes)
+                    if not st.st_nlink:
+                        self._drop = True
+                        continue
+                    self._sync(fd, st)
+                    if st.st_size > self.end:
+                        os.ftruncate(fd, self.end)
+                    return fn(fd)
+                finally:
+                    try:
+                        if self._unsynced and not self._drop:  # (a replaced file was fsynced)
+                            unsynced = os.dup(fd)  # this one may be closed meanwhile
+                    finally:
+                        self._unsynced = False
+                        if self._drop or not self.keep_open:
+                            self._close()  # which releases the lock
+                        else:
+                            fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             self.mutex.release()
+            if unsynced is not None:
+                try:
+                    os.fsync(unsynced)
+                finally:
+                    os.close(unsynced)
 
-    def commit(self, fd: int, frame: bytes) -> None:
-        """Append one frame durably and fold it in."""
-        os.lseek(fd, self.end, os.SEEK_SET)
+    def commit(self, fd: int, frame: bytes, *, sync: bool = True) -> None:
+        """Append one frame and fold it in; durably now, or (``sync`` false) by the fsync that
+        :meth:`writing` makes after releasing the locks, before it returns.
+
+        The late fsync lets the next writer (a thread of this process, another process) go on
+        without waiting for the disk; concurrent fsyncs of a file share the journal commits of
+        the file system. The next writer may build on a frame not yet durable (a claim of a
+        message whose put is being fsynced): its own fsync, which flushes the whole file, makes
+        that frame durable before its call returns. Readers that take no lock could always see
+        a frame while its writer fsyncs. Use ``sync`` when a later step of the same call must
+        not be durable without this frame (the log frame of an outbox append, before its
+        messages are delivered and its intent removed), or where writers of one file rarely
+        meet (a log, a stream: one writer each, mostly), as the late fsync costs a ``dup``.
+        Queues, which every worker writes, use the late fsync.
+        """
         try:
-            write_all(fd, frame)
+            write_all(fd, frame, self.end)
         except BaseException:
             os.ftruncate(fd, self.end)  # incomplete, so invisible anyway: tidy up at once
             raise
         # If fsync fails the frame stays: it is whole, and readers may already have seen it.
         # The caller gets BackendUnavailableError, which says the outcome is unknown.
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
+        else:
+            self._unsynced = True
         # Folded from the bytes in hand, not read back: under the lock, with the state synced
         # by writing(), this frame is the only one after self.end, in the same inode.
         start = self.end + _HEAD.size
@@ -299,11 +464,13 @@ class FoldedFile:
         Call only under :meth:`writing`; processes waiting for the old file's lock retry."""
         with temp_file(self.path.parent, b"".join([self._header(), *frames])) as tmp:
             os.rename(tmp, self.path)
+        self._drop = True
         fsync_dir(self.path.parent)
 
     def remove(self) -> None:
         """Unlink the file; call only under :meth:`writing`."""
         self.path.unlink(missing_ok=True)
+        self._drop = True
         fsync_dir(self.path.parent)
 
     def _header(self) -> bytes:
@@ -316,26 +483,3 @@ class FoldedFile:
             except FileExistsError:
                 return
         fsync_dir(self.path.parent)
-
-    @contextmanager
-    def _locked(self, create: bool, block: bool) -> Iterator[int | None]:
-        while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR)
-            except FileNotFoundError:
-                if not create:
-                    yield None
-                    return
-                self._create()
-                continue
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise Busy(self.path) from None
-                if not _same_file(fd, self.path):  # deleted or compacted while we waited
-                    continue
-                yield fd
-                return
-            finally:
-                os.close(fd)

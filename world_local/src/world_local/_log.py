@@ -39,6 +39,9 @@ class LogFile(FoldedFile):
     """Frames: ``{"keys": [key or null per event], "status"?: str}`` with one blob per event."""
 
     kind = "logs"
+    intent = False
+    """An outbox append of this process may have left its intent (it raised before finishing
+    it): the next append looks for one even if nothing else changed."""
 
     def reset(self) -> None:
         self.events: list[tuple[int, int, str | None]] = []  # (offset, size, key) of seq i+1
@@ -132,7 +135,12 @@ class LocalLog(Log):
 
         def work(fd: int | None) -> tuple[int, list[str]]:
             assert fd is not None
-            queues = outbox.finish(space, file, fd)  # what a crashed append left, first
+            # What a crashed append left, first. An intent can only be left with the file
+            # changed by another process (its frame, or a torn one), or by this process
+            # (file.intent); an intent whose frame was never written is harmless, as finish()
+            # compares the frame found at its offset, and is removed by the next claim.
+            queues = outbox.finish(space, file, fd) if file.foreign or file.intent else []
+            file.intent = False
             if expect_tail is not None and expect_tail != file.tail:
                 raise ConflictError(
                     f"log {log_id!r} has tail {file.tail}, not {expect_tail}: read it and retry",
@@ -149,10 +157,12 @@ class LocalLog(Log):
                         existing=existing,
                     )
             if messages:
+                file.intent = True
                 meta["outbox"] = outbox.begin(space, file, messages)
             file.commit(fd, encode_frame(meta, [event.data for event in events]))
             if messages:  # without, there is no intent: the one a crash left went first
                 queues += outbox.finish(space, file, fd)
+                file.intent = False
             return file.tail, queues
 
         return file.writing(work)

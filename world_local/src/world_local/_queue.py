@@ -117,7 +117,7 @@ class QueueFile(FoldedFile):
         return message
 
     def commit_ops(self, fd: int, ops: list[dict[str, Any]], blobs: Sequence[bytes] = ()) -> None:
-        self.commit(fd, encode_frame({"ops": ops}, blobs))
+        self.commit(fd, encode_frame({"ops": ops}, blobs), sync=False)
         if self.end > COMPACT_BYTES and self.end > 2 * (self.size + 256 * len(self.messages)):
             kept = list(self.messages.values())
             snapshot = [_put(m, i) for i, m in enumerate(kept)]
@@ -252,26 +252,61 @@ class LocalQueue(Queue):
         validate_claim(queue, worker, lease=lease, limit=limit, wait=wait)
         file = self._space.file(QueueFile, queue)
         give_up = anyio.current_time() + wait
+        leases = await self._attempt(file, lease, limit)
+        if leases or wait <= 0:
+            return leases
+        # One waiting claim per queue and process polls the file; the others wait their turn
+        # (in order) and return [] if it does not come before their deadline: N idle workers
+        # in a process cost one poll, not N (and then N claim attempts at every enqueue).
+        poller = self._space.poller(QueueFile.kind, queue)
+        polling = False
+        with anyio.move_on_after(give_up - anyio.current_time()):
+            await poller.acquire()
+            polling = True
+        if not polling:
+            return []
+        try:
+            return await self._poll(file, queue, lease, limit, give_up)
+        finally:
+            self._space.poller_done(QueueFile.kind, queue, poller)
+
+    async def _poll(
+        self, file: QueueFile, queue: str, lease: float, limit: int, give_up: float
+    ) -> list[Lease]:
+        """Look now, then again when this process changes the queue or after a pause (POLL_MIN
+        doubling to POLL_MAX), until leases come or ``give_up``."""
         delay = POLL_MIN
         while True:
             changed = self._space.event(QueueFile.kind, queue)
-            for name in await self._space.run(self._finish_outbox):
-                self._space.changed(QueueFile.kind, name)
-            # Look without the lock first, so idle waiting never contends with writers.
-            if await self._space.run(
-                lambda: file.reading(lambda _: bool(file.visible(time.time())))
-            ):
-                leases = await self._write(
-                    queue, lambda f, fd: f.claim(fd, lease, limit), create=False
-                )
-                if leases:
-                    return leases
-                delay = POLL_MIN
+            leases = await self._attempt(file, lease, limit)
+            if leases:
+                return leases
             left = give_up - anyio.current_time()
             if left <= 0:
                 return []
             await pause(changed, min(delay, left))
             delay = min(delay * 2, POLL_MAX)
+
+    async def _attempt(self, file: QueueFile, lease: float, limit: int) -> list[Lease]:
+        """One look, in one trip to a worker thread: finish crashed outbox appends, then claim
+        if anything is visible. The look takes no lock, so idle polling never contends with
+        writers; only a claim that may get something takes it."""
+
+        def work() -> tuple[list[str], list[Lease]]:
+            queues = self._finish_outbox()
+            if not file.reading(lambda _: bool(file.visible(time.time()))):
+                return queues, []
+            leases = file.writing(
+                lambda fd: [] if fd is None else file.claim(fd, lease, limit), create=False
+            )
+            return queues, leases
+
+        queues, leases = await self._space.run(work)
+        for name in queues:
+            self._space.changed(QueueFile.kind, name)
+        if leases:
+            self._space.changed(QueueFile.kind, file.ident)
+        return leases
 
     async def renew(self, lease: Lease, duration: float) -> Lease:
         validate_renew(lease, duration)

@@ -16,7 +16,6 @@ from typing import TypeVar
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 
 from world_core.errors import (
     BackendUnavailableError,
@@ -25,11 +24,13 @@ from world_core.errors import (
     WorldError,
 )
 from world_local._files import DamagedStoreError, FoldedFile, fsync_dir, read_frame
+from world_local._threads import run_sync
 
 __all__ = [
     "CACHED_FILES",
     "CACHED_RECENT",
     "CACHED_RECORDS",
+    "OPEN_FILES",
     "ENV_DIR",
     "KINDS",
     "POLL_MAX",
@@ -56,6 +57,9 @@ namespace index together, at about 300 bytes each (about 5 MiB). Beyond that the
 recently used files go, down to the CACHED_RECENT used last whatever their size. A file that
 went is folded again from disk when next used, as one never cached."""
 CACHED_RECENT = 16
+OPEN_FILES = 64
+"""Files kept open per namespace between calls (the least recently opened are closed beyond
+that): a call on an open file saves its open, close and header read."""
 """The files used last, kept over CACHED_RECORDS: a long log and the queue a worker uses with
 it do not push each other out (and get folded again from disk) at every call."""
 
@@ -90,8 +94,10 @@ class Space:
         self._files_mutex = threading.Lock()
         self._held = 0  # records the cached files index: the sum of their ``reported``
         self._names: dict[tuple[str, str], str] = {}
+        self._open: OrderedDict[FoldedFile, None] = OrderedDict()  # in order of opening
         # Per object, one event per event loop: a World may be used by one loop after another.
         self._events: dict[tuple[str, str], dict[object, anyio.Event]] = {}
+        self._pollers: dict[tuple[str, str], dict[object, anyio.Lock]] = {}
 
     def file(self, cls: type[F], ident: str) -> F:
         """The (cached) folded file of ``ident`` in the ``cls.kind`` folder."""
@@ -100,7 +106,7 @@ class Space:
             found = self._files.get(key)
             if found is None:
                 path = self.folder / cls.kind / file_name(ident)
-                found = self._files[key] = cls(path, ident, self._resized)
+                found = self._files[key] = cls(path, ident, self._resized, self._opened)
                 self._trim()
             else:
                 self._files.move_to_end(key)
@@ -115,6 +121,16 @@ class Space:
             if self._files.get((file.kind, file.ident)) is file:  # not a file trimmed away
                 self._held += held - before
                 self._trim()
+
+    def _opened(self, file: FoldedFile) -> None:
+        """Count ``file`` as open (called holding its mutex); close the least recently opened
+        beyond OPEN_FILES (at once if not in use, else after their use)."""
+        with self._files_mutex:
+            self._open[file] = None
+            self._open.move_to_end(file)
+            while len(self._open) > OPEN_FILES:
+                old, _ = self._open.popitem(last=False)
+                old.let_go()
 
     def _trim(self) -> None:
         """Drop the least recently used files while over CACHED_FILES, or over CACHED_RECORDS
@@ -150,9 +166,12 @@ class Space:
         return ident
 
     def forget(self) -> None:
+        """Drop every folded file and close the open ones (those in use after their use)."""
         with self._files_mutex:
             self._files.clear()
             self._held = 0
+            while self._open:
+                self._open.popitem()[0].let_go()
 
     def make_folders(self) -> None:
         """Create the namespace's folders (and their parents) if missing; blocking. Safe in any
@@ -173,7 +192,7 @@ class Space:
             raise ClosedError("this local World was closed; open a new one")
         work = partial(self._in_folders, fn) if creates and not self._made else fn
         with translate(self.folder, self.setting):
-            return await anyio.to_thread.run_sync(work)
+            return await run_sync(work)
 
     def _in_folders(self, fn: Callable[[], R]) -> R:
         self.make_folders()
@@ -185,16 +204,36 @@ class Space:
     def event(self, kind: str, ident: str) -> anyio.Event:
         """The event the next change of (kind, ident) in this process sets. Take it *before*
         looking at the state, so a change between the look and the wait is not missed."""
-        by_loop = self._events.setdefault((kind, ident), {})
-        loop = anyio.lowlevel.current_token()
-        event = by_loop.get(loop)
-        if event is None:
-            event = by_loop[loop] = anyio.Event()
-        return event
+        return _of_this_loop(self._events.setdefault((kind, ident), {}), anyio.Event)
+
+    def poller(self, kind: str, ident: str) -> anyio.Lock:
+        """The lock that the one waiter of this process polling (kind, ident) holds; give it
+        back with :meth:`poller_done`."""
+        return _of_this_loop(self._pollers.setdefault((kind, ident), {}), anyio.Lock)
+
+    def poller_done(self, kind: str, ident: str, lock: anyio.Lock) -> None:
+        lock.release()
+        if not lock.locked() and not lock.statistics().tasks_waiting:  # nobody polls: forget it
+            by_loop = self._pollers.get((kind, ident), {})
+            by_loop.pop(anyio.lowlevel.current_token(), None)
+            if not by_loop:
+                self._pollers.pop((kind, ident), None)
 
     def changed(self, kind: str, ident: str) -> None:
         for event in self._events.pop((kind, ident), {}).values():
             event.set()  # an event of a finished loop has no waiter left: setting it is harmless
+
+
+T = TypeVar("T")
+
+
+def _of_this_loop(by_loop: dict[object, T], make: Callable[[], T]) -> T:
+    """The object of the running event loop in ``by_loop``, made if missing."""
+    loop = anyio.lowlevel.current_token()
+    found = by_loop.get(loop)
+    if found is None:
+        found = by_loop[loop] = make()
+    return found
 
 
 # A folder that cannot be used as it is set: retrying will not help, the setting must change.

@@ -1,0 +1,220 @@
+"""What the local World's calls cost, counted (system calls, trips to a worker thread), never
+timed: files kept open, one look per idle poll, the fsync of a queue write after its locks,
+and the hand-off to worker threads keeping anyio's cancellation semantics."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import pytest
+
+from world_core.spi import NewEvent
+from world_local import LocalWorld, _space, _threads, connect
+from world_local._space import Space
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 30.0
+"""Bound of every wait: a healthy store answers in milliseconds; this only stops a hang."""
+
+
+@pytest.fixture
+def world(local_world: LocalWorld) -> LocalWorld:
+    return local_world
+
+
+@contextmanager
+def _counting(monkeypatch: pytest.MonkeyPatch, *names: str) -> Iterator[list[str]]:
+    """Record every call of ``os.<name>`` (or ``fcntl.flock``) made meanwhile, in order, as
+    ``name`` or ``flock:<operation>``; the module functions are swapped, so every caller is
+    seen (worker threads included)."""
+    calls: list[str] = []
+    with monkeypatch.context() as patch:
+        for name in names:
+            module: Any = fcntl if name == "flock" else os
+            real: Callable[..., Any] = getattr(module, name)
+
+            def wrapper(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+                if _name == "flock":
+                    calls.append(f"flock:{'UN' if args[1] == fcntl.LOCK_UN else 'EX'}")
+                else:
+                    calls.append(_name)
+                return _real(*args, **kw)
+
+            patch.setattr(module, name, wrapper)
+        yield calls
+
+
+async def test_an_append_to_a_file_held_open_opens_and_reads_nothing(
+    world: LocalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.log.append("l", [NewEvent(data=b"first")])  # opens the file, reads its header
+    with _counting(monkeypatch, "open", "stat", "pread", "fstat", "fsync", "flock") as calls:
+        for n in range(5):
+            assert await world.log.append("l", [NewEvent(data=b"x")]) == n + 2
+    # Per append: lock, one fstat (still linked? grown by another process?), fsync, unlock.
+    # No open (nor the outbox intent's: nothing this process did not write changed), no
+    # path lookup, no header or tail read.
+    assert calls == ["flock:EX", "fstat", "fsync", "flock:UN"] * 5
+
+
+async def test_a_change_by_another_process_is_read_then_nothing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = str(tmp_path / "store")
+    async with (
+        await connect(url=url, namespace="t") as mine,
+        await connect(url=url, namespace="t") as other,  # its own open files: as a process
+    ):
+        await mine.log.append("l", [NewEvent(data=b"m")])
+        await other.log.append("l", [NewEvent(data=b"o")])
+        with _counting(monkeypatch, "open", "pread") as calls:
+            assert await mine.log.tail("l") == 2
+        assert "open" not in calls
+        assert calls  # the header and the new frame, read
+        with _counting(monkeypatch, "open", "pread") as calls:
+            assert await mine.log.tail("l") == 2
+        assert calls == []
+
+
+async def test_a_file_deleted_and_made_again_elsewhere_is_not_written_through_the_old_one(
+    tmp_path: Path,
+) -> None:
+    url = str(tmp_path / "store")
+    async with (
+        await connect(url=url, namespace="t") as mine,
+        await connect(url=url, namespace="t") as other,
+    ):
+        await mine.log.append("l", [NewEvent(data=b"old")] * 3)  # mine keeps it open
+        await other.log.delete("l")
+        await other.log.append("l", [NewEvent(data=b"new")])
+        assert await mine.log.append("l", [NewEvent(data=b"mine")]) == 2
+        assert [e.data for e in await other.log.read("l")] == [b"new", b"mine"]
+
+
+async def test_open_files_are_bounded(world: LocalWorld, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_space, "OPEN_FILES", 4)
+    for n in range(12):
+        await world.log.append(f"l{n}", [NewEvent(data=b"x")])
+    store = str(world._space.folder)
+    held = [
+        target
+        for fd in os.listdir("/proc/self/fd")
+        if (target := _link(f"/proc/self/fd/{fd}")).startswith(store)
+    ]
+    assert len(held) == 4
+    await world.aclose()
+    assert not [
+        fd for fd in os.listdir("/proc/self/fd") if _link(f"/proc/self/fd/{fd}").startswith(store)
+    ]
+
+
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed since listed
+        return ""
+
+
+async def test_a_queue_write_is_fsynced_after_its_locks_are_released(
+    world: LocalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.queue.enqueue("q", b"first")
+    with _counting(monkeypatch, "fsync", "flock") as calls:
+        await world.queue.enqueue("q", b"m")
+    assert calls == ["flock:EX", "flock:UN", "fsync"]  # and enqueue returned after the fsync
+
+
+def _count_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    trips = [0]
+    real = Space.run
+
+    async def run(self: Space, fn: Callable[[], Any], *, creates: bool = False) -> Any:
+        trips[0] += 1
+        return await real(self, fn, creates=creates)
+
+    monkeypatch.setattr(Space, "run", run)
+    return trips
+
+
+async def test_idle_claims_of_one_process_share_one_poll(
+    world: LocalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.queue.enqueue("q", b"m")
+    (lease,) = await world.queue.claim("q", "w", lease=30)
+    await world.queue.ack(lease)
+    trips = _count_trips(monkeypatch)
+    claimers, wait = 20, 0.5
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            for _ in range(claimers):
+                tg.start_soon(lambda: world.queue.claim("q", "w", lease=30, wait=wait))
+    # Each claim looks once at its start; then one of them polls (a look after 5 ms, 10,
+    # 20, 40, 80, then every 100: at most 9 in 0.5 s) while the others wait their turn; one
+    # handed the turn near its deadline polls only for what is left of it (a loaded machine
+    # spreads the starts, so a few looks each at most). Polling on their own, the 20 would
+    # make about 9 looks each, 360 trips at two a look.
+    assert trips[0] <= 4 * claimers
+
+
+async def test_an_idle_look_reads_nothing(
+    world: LocalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.queue.enqueue("q", b"m")
+    (lease,) = await world.queue.claim("q", "w", lease=30)
+    with _counting(monkeypatch, "open", "pread", "flock") as calls:
+        assert await world.queue.claim("q", "w", lease=30) == []
+    assert calls == []  # an fstat of the open file and a listing of outbox/: no lock, no read
+    await world.queue.ack(lease)
+
+
+async def test_the_hand_off_starts_nothing_in_a_cancelled_scope() -> None:
+    ran: list[bool] = []
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await _threads.run_sync(lambda: ran.append(True))
+    assert ran == []
+
+
+async def test_the_hand_off_waits_for_started_work_when_cancelled() -> None:
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def work() -> None:
+        started.set()
+        release.wait(WAIT)
+        finished.append("work done")
+
+    with anyio.fail_after(WAIT):
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel_once_started() -> None:
+                    await anyio.to_thread.run_sync(started.wait, WAIT)
+                    scope.cancel()
+                    release.set()
+
+                tg.start_soon(cancel_once_started)
+                await _threads.run_sync(work)
+                finished.append("returned")  # after the work, as anyio.to_thread's
+                await anyio.lowlevel.checkpoint()  # where the cancellation takes effect
+                finished.append("not reached")
+    assert finished == ["work done", "returned"]
+    assert scope.cancelled_caught
+
+
+async def test_the_hand_off_raises_what_the_work_raised() -> None:
+    def work() -> None:
+        raise FileNotFoundError("gone")
+
+    with pytest.raises(FileNotFoundError, match="gone"):
+        await _threads.run_sync(work)
