@@ -1751,7 +1751,8 @@ class Journal:
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
-            notify(observer, "step_replayed", StepInfo(n, kind, name, **extra))
+            if observer is not None:
+                notify(observer, "step_replayed", StepInfo(n, kind, name, **extra))
             return await self._result(step.outcome)
         deadline = math.inf
         if step is not None and step.intent is not None and replay == "never":
