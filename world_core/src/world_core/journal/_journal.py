@@ -1678,8 +1678,8 @@ class Journal:
         source = step.outcome if step.outcome is not None else step.intent
         assert source is not None
         if source.get("kind") == "tool":
-            found = self._calls.setdefault((source.get("name"), source.get("digest")), [])
-            bisect.insort(found, n)
+            call = (str(source.get("name")), str(source.get("digest")))
+            bisect.insort(self._calls.setdefault(call, []), n)
 
     async def _settle_step(
         self, kind: str, name: str, spec: dict[str, Any], result: dict[str, Any]
@@ -1774,9 +1774,9 @@ class Journal:
             await self._append([self._event("outcome", body, n)])
             self._record(n, outcome=body)
             if observer is not None:
-                info = StepInfo(n, kind, name, replay=replay, key=key, **extra)
-                notify(observer, "step_started", info)
-                notify(observer, "step_finished", info, result, {}, True)
+                answered = StepInfo(n, kind, name, replay=replay, key=key, **extra)
+                notify(observer, "step_started", answered)
+                notify(observer, "step_finished", answered, result, {}, True)
             return result
         tool = tool_run[0] if tool_run is not None else None
         if tool is not None:
