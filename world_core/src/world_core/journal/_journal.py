@@ -232,7 +232,7 @@ def canonical_json(value: object) -> bytes:
     Text that UTF-8 cannot carry (lone surrogates, valid in JSON as ``\\ud83d``) is written
     with JSON escapes instead, losslessly: parsing gives back the same string.
     """
-    text = _CANONICAL.encode(value)
+    text = _encode(value)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -246,6 +246,19 @@ _CANONICAL = json.JSONEncoder(
 _CANONICAL_ASCII = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
 )
+_C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+
+
+def _encode(value: object) -> str:
+    """``_CANONICAL.encode(value)``: the same C encoder, made here without the Python layers
+    ``JSONEncoder.encode`` adds on every call (a third of a small value's cost). Its markers
+    (what detects a cycle) are new each time: a failed encode leaves some behind."""
+    if _C_ENCODER is None:  # an interpreter without the json accelerator
+        return _CANONICAL.encode(value)
+    chunks = _C_ENCODER(
+        {}, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )(value, 0)
+    return "".join(chunks)
 
 
 def digest_of(value: object) -> str:
@@ -269,7 +282,12 @@ def check_turn_id(turn_id: str) -> str:
 
 
 def _preview(value: object) -> str:
-    text = canonical_json(value).decode("utf-8", "replace")
+    return _shown(canonical_json(value))
+
+
+def _shown(encoded: bytes) -> str:
+    """The preview of a value whose canonical JSON is ``encoded``."""
+    text = encoded.decode("utf-8", "replace")
     return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "..."
 
 
@@ -957,8 +975,17 @@ class Journal:
             self.tool_runs += 1
             return await _run_tool(tool, args, context)
 
+        encoded = canonical_json(raw)  # once, for the digest and the preview
+        digest = hashlib.sha256(encoded).hexdigest()
         return await self._step(
-            "tool", tool.name, digest_of(raw), raw, tool.replay, None, tool_run=(tool, run)
+            "tool",
+            tool.name,
+            digest,
+            raw,
+            tool.replay,
+            None,
+            tool_run=(tool, run),
+            shown=_shown(encoded),
         )
 
     async def approval(
@@ -1384,30 +1411,28 @@ class Journal:
     async def _retrying(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run ``operation`` shielded from cancellation, retrying BackendUnavailableError with
         backoff for up to WRITE_RETRY_SECONDS (journal writes and blob puts are idempotent)."""
-
-        async def attempts() -> T:
-            delay = 0.1
-            give_up: float | None = None  # counted from the first fault (no clock read before)
-            while True:
-                try:
-                    return await operation()
-                except BackendUnavailableError as exc:
-                    now = anyio.current_time()
-                    if give_up is None:
-                        give_up = now + WRITE_RETRY_SECONDS
-                    if now + delay > give_up:
-                        raise
-                    log.warning(
-                        "turn %s/%s: journal write failed (%s); retrying in %.1f s",
-                        self.session_id,
-                        self.turn_id,
-                        exc,
-                        delay,
-                    )
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-
-        return await self._shielded(attempts)
+        if not self._shielding:
+            return await self._shielded(lambda: self._retrying(operation))
+        delay = 0.1
+        give_up: float | None = None  # counted from the first fault (no clock read before)
+        while True:
+            try:
+                return await operation()
+            except BackendUnavailableError as exc:
+                now = anyio.current_time()
+                if give_up is None:
+                    give_up = now + WRITE_RETRY_SECONDS
+                if now + delay > give_up:
+                    raise
+                log.warning(
+                    "turn %s/%s: journal write failed (%s); retrying in %.1f s",
+                    self.session_id,
+                    self.turn_id,
+                    exc,
+                    delay,
+                )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _shielded(self, operation: Callable[[], Awaitable[T]]) -> T:
         """``operation()`` shielded from cancellation. Inside, journal writes open no cancel
@@ -1517,14 +1542,20 @@ class Journal:
         parts: tuple[dict[str, Any], dict[str, Any]] | None = None,
         tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]]
         | None = None,
+        shown: str | None = None,
     ) -> dict[str, Any]:
+        """Step ``preview`` (its preview text ``shown`` when the caller has it already)."""
         # Every journal write is shielded, so a model client or tool that never awaits would
         # give a cancelled turn (a lost lease, the grace after SIGTERM) no point to stop at:
         # each step is one.
         await anyio.lowlevel.checkpoint_if_cancelled()
         n = self._claim_position(kind, name, digest, preview, parts)
+        if shown is None:
+            shown = _preview(preview)
         try:
-            return await self._take(n, kind, name, digest, preview, replay, run, parts, tool_run)
+            return await self._take(
+                n, kind, name, digest, preview, shown, replay, run, parts, tool_run
+            )
         except BaseException:
             # The step raised (a model client's error, a cancelled tool, a blob write) and
             # recorded no outcome: code that calls again is at step n again. Going on at n + 1
@@ -1643,9 +1674,12 @@ class Journal:
 
     def _index_call(self, n: int) -> None:
         assert self._calls is not None
-        identity = self._turn.steps[n].identity
-        if identity["kind"] == "tool":
-            bisect.insort(self._calls.setdefault((identity["name"], identity["digest"]), []), n)
+        step = self._turn.steps[n]
+        source = step.outcome if step.outcome is not None else step.intent
+        assert source is not None
+        if source.get("kind") == "tool":
+            call = (str(source.get("name")), str(source.get("digest")))
+            bisect.insort(self._calls.setdefault(call, []), n)
 
     async def _settle_step(
         self, kind: str, name: str, spec: dict[str, Any], result: dict[str, Any]
@@ -1704,24 +1738,26 @@ class Journal:
         name: str,
         digest: str,
         preview: object,
+        shown: str,
         replay: Replay,
         run: Callable[[int], Awaitable[dict[str, Any]]] | None,
         parts: tuple[dict[str, Any], dict[str, Any]] | None,
         tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
     ) -> dict[str, Any]:
-        identity = {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
+        identity = {"kind": kind, "name": name, "digest": digest, "preview": shown}
+        observer = self._observer
         extra = {"input": preview if kind == "tool" else None, **self._step_extra}
         self._step_extra = {}
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
-            notify(self._observer, "step_replayed", StepInfo(n, kind, name, **extra))
+            if observer is not None:
+                notify(observer, "step_replayed", StepInfo(n, kind, name, **extra))
             return await self._result(step.outcome)
-        key = self.idempotency_key(n)
         deadline = math.inf
         if step is not None and step.intent is not None and replay == "never":
             intent = step.intent
-            key = str(intent.get("key") or key)
+            key = str(intent.get("key") or self.idempotency_key(n))
             recorded = intent.get("deadline")
             if isinstance(recorded, int | float):
                 wait = float(recorded) + CLOCK_MARGIN - self._clock()
@@ -1737,9 +1773,10 @@ class Journal:
             body = {**identity, "result": result}
             await self._append([self._event("outcome", body, n)])
             self._record(n, outcome=body)
-            info = StepInfo(n, kind, name, replay=replay, key=key, **extra)
-            notify(self._observer, "step_started", info)
-            notify(self._observer, "step_finished", info, result, {}, True)
+            if observer is not None:
+                answered = StepInfo(n, kind, name, replay=replay, key=key, **extra)
+                notify(observer, "step_started", answered)
+                notify(observer, "step_finished", answered, result, {}, True)
             return result
         tool = tool_run[0] if tool_run is not None else None
         if tool is not None:
@@ -1754,7 +1791,13 @@ class Journal:
                 "timeout": tool.timeout if tool is not None else None,
                 "deadline": deadline if math.isfinite(deadline) else None,
             }
-        if tool_run is not None:
+        else:
+            key = self.idempotency_key(n)
+        # Only observers see a StepInfo: none is made for a turn nobody observes.
+        info: StepInfo | None = None
+        if observer is None:
+            pass
+        elif tool_run is not None:
             info = StepInfo(n, kind, name, replay=replay, key=key, **extra)
         else:
             info = StepInfo(n, kind, name, **extra)
@@ -1770,7 +1813,7 @@ class Journal:
                 await self._append([self._event("intent", intent_body, n)])
                 self._record(n, intent=intent_body)
             self._taking = info
-            notify(self._observer, "step_started", info)
+            notify(observer, "step_started", info)
             if crash is not None and crash.step == n and crash.when == "before_run":
                 crash.hit()
             context: ToolContext | None = None
@@ -1793,11 +1836,19 @@ class Journal:
                 result = await run(n)
             if crash is not None and crash.step == n and crash.when == "after_run":
                 crash.hit()
-            return await self._shielded(
-                lambda: self._keep_claiming(
+
+            def keep() -> Awaitable[dict[str, Any]]:
+                return self._keep_claiming(
                     n, kind, identity, replay, result, context, parts, tool_run
                 )
-            )
+
+            if context is not None and (context.claims or context.before_commit_hooks):
+                # Its hooks and the outcome's append, or a safe call run again on a conflict,
+                # under one shield. Without hooks or claims, every await of _keep is a write
+                # that shields itself (_retrying), and no cancellation can land between
+                # them: one more scope around them would only cost each safe step a scope.
+                return await self._shielded(keep)
+            return await keep()
 
         if replay == "never" and tool_run is not None:
             return await self._shielded(call)
@@ -1921,7 +1972,7 @@ class Journal:
         # Values small enough alone can be too many for one append (8 MiB, with the deferred
         # batch it may join): then every one goes to a blob, and the outcome still fits.
         threshold = self._blob_threshold
-        if sum(len(canonical_json(value)) for value in staged.values()) > _STEP_BYTES:
+        if staged and sum(len(canonical_json(value)) for value in staged.values()) > _STEP_BYTES:
             threshold = 0
         for state_name, value in staged.items():
 
@@ -1955,7 +2006,7 @@ class Journal:
             for after in context.after_commit_hooks:
                 after()
         # Return what replay will return: the JSON form, not the Python objects.
-        decoded: dict[str, Any] = json.loads(encoded)
+        decoded = _json_form(result, encoded)
         self._tell_finished(n, identity, decoded, staged, not deferred)
         return decoded
 
@@ -2002,6 +2053,21 @@ def _late(found: dict[str, Any], deadline: float) -> bool:
     the clock margin): too late to count."""
     sent = found.get("sent_at")
     return isinstance(sent, int | float) and sent > deadline + CLOCK_MARGIN
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _json_form(result: dict[str, Any], encoded: bytes) -> dict[str, Any]:
+    """``result`` as its canonical JSON ``encoded`` reads back (sorted keys, JSON types only).
+
+    The usual result, ``{"output": <a str, number, bool or None>}``, reads back as itself, so
+    it is copied instead of parsed (a str reads back as the same text, a float as the same
+    float: JSON writes its shortest exact form); anything else is parsed."""
+    if len(result) == 1 and "output" in result and type(result["output"]) in _SCALARS:
+        return {"output": result["output"]}
+    loaded: dict[str, Any] = json.loads(encoded)
+    return loaded
 
 
 def _finite(value: object) -> bool:

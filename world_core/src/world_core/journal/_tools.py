@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import inspect
 import json
@@ -417,10 +418,10 @@ class Tool:
         """Run the tool with validated arguments (sync functions run in a worker thread, which
         is abandoned, still running, if the call is cancelled: a thread cannot be stopped)."""
         model = self.arguments.model_validate(arguments)
-        kwargs = {name: getattr(model, name) for name in type(model).model_fields}
+        kwargs = {name: getattr(model, name) for name in self._parameters}
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = context
-        if inspect.iscoroutinefunction(self.fn):
+        if self.is_async:
             return await cast("Callable[..., Awaitable[Any]]", self.fn)(**kwargs)
         call = _ThreadCall(lambda: self.fn(**kwargs))
         try:
@@ -429,9 +430,15 @@ class Tool:
             if call.started and not call.done:  # cancelled: the thread runs on, abandoned
                 _ABANDONED.add(call)
 
-    @property
+    # Both are asked on every call: worked out once per Tool (a relabelled copy works them
+    # out again), not by inspecting the function and the model's fields each time.
+    @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @functools.cached_property
+    def _parameters(self) -> tuple[str, ...]:
+        return tuple(self.arguments.model_fields)
 
 
 def _check_replay(replay: object, name: str) -> Replay:
