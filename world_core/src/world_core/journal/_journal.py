@@ -6,6 +6,10 @@ in the order the agent code makes them. Events (JSON) and their keys, unique in 
 ====================================  =======================================================
 ``turn/<t>/input``                    the user's message (written by :class:`~world_core.Client`)
 ``turn/<t>/step/<n>/intent``          a ``never`` tool is about to run (identity, deadline, key)
+``turn/<t>/step/<n>/unstarted``       that intent's call was refused before its effect started
+                                      (``context.check()``, lease lost): run the step again;
+                                      the next intent is ``.../intent/<g>`` (``"gen": g``), its
+                                      ``unstarted`` record ``.../unstarted/<g>``
 ``turn/<t>/step/<n>/outcome``         the step's result (or a blob reference), with its identity
 ``turn/<t>/step/<n>/state/<name>``    a value the step's tool staged (``context.stage``)
 ``turn/<t>/reply``                    the final reply; the turn is finished
@@ -28,6 +32,10 @@ The rules, for step ``n``:
   :class:`~world_core.errors.CallInFlightError` tells the worker to re-queue the turn until
   then. After it, the outcome becomes :data:`POSSIBLY_RAN`, telling the model the call may or
   may not have happened and to check the current state first.
+* Intent recorded, then ``unstarted`` for it: the call was refused before its effect (its
+  tool's ``context.check()`` found the lease lost; the refusal is not an outcome, the attempt
+  stopped, see :meth:`Journal._void_intent`). The call runs again under a new intent, with
+  the same idempotency key.
 * Nothing recorded: a ``never`` tool's intent is appended (and committed) before the tool
   runs, in an append of its own that nothing of the tool's can join; then the call runs,
   shielded from cancellation (a lost lease or SIGTERM does not cut it off half-way) and
@@ -1852,7 +1860,8 @@ class Journal:
             await self._shielded(lambda: self._void_intent(n, gen))
 
     async def _void_intent(self, n: int, gen: int) -> bool:
-        """Append ``turn/<t>/step/<n>/unstarted/<gen>`` (``"gen": gen``): the call of step
+        """Append ``turn/<t>/step/<n>/unstarted`` (``/<gen>`` after the first intent; ``"gen":
+        gen``): the call of step
         ``n``'s intent of generation ``gen`` did not start, so the turn's next attempt runs it
         again (writing the intent of generation ``gen + 1``) instead of waiting for its
         deadline and answering "may or may not have happened".
