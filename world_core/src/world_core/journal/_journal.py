@@ -1861,10 +1861,9 @@ class Journal:
 
     async def _void_intent(self, n: int, gen: int) -> bool:
         """Append ``turn/<t>/step/<n>/unstarted`` (``/<gen>`` after the first intent; ``"gen":
-        gen``): the call of step
-        ``n``'s intent of generation ``gen`` did not start, so the turn's next attempt runs it
-        again (writing the intent of generation ``gen + 1``) instead of waiting for its
-        deadline and answering "may or may not have happened".
+        gen``): the call of step ``n``'s intent of generation ``gen`` did not start, so the
+        turn's next attempt runs it again (writing the intent of generation ``gen + 1``)
+        instead of waiting for its deadline and answering "may or may not have happened".
 
         Fenced, because this worker's lease is gone and another worker may be taking the turn
         over: the append expects the log's tail this Journal last wrote. Where the log grew
@@ -1942,6 +1941,10 @@ class Journal:
                     self._in_tool = name
                     try:
                         result = await tool_run[1](n, context)
+                    except LeaseLostError as exc:
+                        if exc is context.refusal:  # a safe call: no intent to void
+                            await self._refused(n, exc, None)
+                        raise
                     finally:
                         self._in_tool = None
                     continue
