@@ -47,6 +47,7 @@ from world_core.errors import (
     NonDeterminismError,
     PossiblyRanError,
     ToolError,
+    WorldError,
 )
 from world_core.journal import (
     CLOCK_MARGIN,
@@ -293,10 +294,29 @@ async def test_tool_context_tells_the_deadline_time_left_and_lease(world: World,
         await journal.call(paying, {"needs": 31.0})
     assert "31.0 s needed" in late.value.error
     held[0] = False
-    with pytest.raises(ToolError, match="LeaseLostError") as lost:
+    # A refusal for the lease is not the call's outcome: the Journal stops, the call is
+    # recorded as not started, and the next attempt runs it (the same key, a new intent).
+    with pytest.raises(LeaseLostError, match="step 2: this worker no longer holds") as lost:
+        await journal.call(paying, {"needs": 1.0})
+    assert journal.lease_refusal is lost.value
+    with pytest.raises(WorldError, match="open a new one"):
         await journal.call(paying, {"needs": 1.0})
     assert seen == [(now + 30.0, 30.0, True), (now + 30.0, 30.0, True), (now + 30.0, 30.0, False)]
     assert effects == [10.0]
+    log_id = LOG
+    assert await world.log.get(log_id, f"turn/{turn}/step/2/outcome") is None
+    unstarted = await world.log.get(log_id, f"turn/{turn}/step/2/unstarted")
+    assert unstarted is not None
+    held[0] = True
+    again = await Journal.open(world, "s", turn, clock=lambda: now, lease_held=lambda: held[0])
+    assert await again.call(paying, {"needs": 10.0}) == "paid"  # step 0, read back
+    with pytest.raises(ToolError, match="TimeoutError"):  # step 1, read back
+        await again.call(paying, {"needs": 31.0})
+    assert await again.call(paying, {"needs": 1.0}) == "paid"
+    assert (again.tool_runs, effects) == (1, [10.0, 1.0])
+    rerun = await world.log.get(log_id, f"turn/{turn}/step/2/intent/1")
+    assert rerun is not None
+    assert json.loads(rerun.data)["key"] == f"s/{turn}/step-2"
     # Outside a journal: no lease to lose, a check against the deadline only.
     context = ToolContext("s", "t", 0, deadline=now + 5.0, clock=lambda: now)
     assert context.lease_held
@@ -305,7 +325,6 @@ async def test_tool_context_tells_the_deadline_time_left_and_lease(world: World,
         context.check(needs=5.5)
     with pytest.raises(LeaseLostError):
         ToolContext("s", "t", 0, lease_held=lambda: False).check()
-    assert lost.value.step == 2
 
 
 # -- timeouts and what a tool may raise ----------------------------------------------------------

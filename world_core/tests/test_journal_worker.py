@@ -26,6 +26,7 @@ from world_core import (
     NewEvent,
     ScriptedModel,
     ToolCall,
+    ToolContext,
     Worker,
     World,
     open_world,
@@ -33,6 +34,7 @@ from world_core import (
 )
 from world_core.errors import BackendUnavailableError, InvalidArgumentError
 from world_core.journal import _session
+from world_core.journal._worker import renew_interval
 
 pytestmark = pytest.mark.anyio
 
@@ -327,3 +329,49 @@ async def test_continued_chains_are_remembered_up_to_a_bound(
         chain = await _session.session_chain(world, f"c{n}")
         assert chain == [f"session/c{n}", f"sessiongen/x{n}/1-t"]
     assert list(_session._chains[world]) == ["c1", "c2"]  # the oldest seen was dropped
+
+
+async def test_a_slow_agent_factory_holds_no_lease(world: World) -> None:
+    """The factory is called before the claim: one that blocks the event loop longer than
+    the lease (a framework's first import, schema generation) costs no leased time, so the
+    turn's never tool, calling ``context.check()``, is not refused. (Called inside the
+    turn, as before, the check refused and the attempt ended ``lease_lost``.)"""
+    made: list[float] = []
+    acted: list[str] = []
+
+    async def act(context: ToolContext) -> str:
+        """Act once."""
+        context.check()
+        acted.append(context.idempotency_key)
+        return "acted"
+
+    def act_once(request: ModelRequest) -> ModelReply:
+        if any(m["role"] == "tool" for m in request.messages):
+            return ModelReply(content="done")
+        return ModelReply(tool_calls=[ToolCall(id="c0", name="act", arguments="{}")])
+
+    def factory() -> Agent:
+        made.append(time.monotonic())
+        time.sleep(1.5)  # blocks the loop past the 1 s lease
+        return Agent(model=ScriptedModel(act_once), tools=[tool(act, replay="never")])
+
+    worker = Worker(world, factory, lease=1.0, crash=None, observers=[])
+    with anyio.fail_after(WAIT):
+        assert await worker.run_once(wait=0) is None
+    assert len(made) == 1, "the agent is made before the claim, whether a turn comes or not"
+    await Client(world).submit("s", "hi", turn_id="t")
+    with anyio.fail_after(WAIT):
+        result = await worker.run_once(wait=WAIT)
+    assert result is not None
+    assert (result.status, result.reply) == ("done", "done"), result
+    assert acted == ["s/t/step-1"]
+
+
+@pytest.mark.parametrize(
+    ("late", "interval"),
+    [(0.0, 10.0), (5.0, 10.0), (10.0, 10.0), (15.0, 7.5), (24.0, 3.0), (29.0, 3.0), (90.0, 3.0)],
+)
+def test_renewals_come_sooner_after_a_late_wake_up(late: float, interval: float) -> None:
+    """lease / 3 while the loop is on time; after a stall, at most half of what the lease
+    leaves after a stall as long, and never more often than lease / 10."""
+    assert renew_interval(30.0, late) == pytest.approx(interval)

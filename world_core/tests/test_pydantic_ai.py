@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -165,13 +165,19 @@ class Scripted:
 
 
 def make_agent(
-    sink: Sink, model: Scripted | None = None, *, instructions: str | None = None
+    sink: Sink,
+    model: Callable[[list[ModelMessage], AgentInfo], ModelResponse] | None = None,
+    *,
+    instructions: str | None = None,
+    send: Callable[[str], Awaitable[str]] | None = None,
 ) -> Agent[None, str]:
+    """The agent; ``send`` replaces its send tool (same name and docstring)."""
+
     def lookup(topic: str) -> str:
         """Look a note up."""
         return f"the {topic} says: ship it"
 
-    def send(to: str) -> str:
+    def send_now(to: str) -> str:
         """Send the note (an effect that must happen once)."""
         context = tool_context()
         assert context is not None
@@ -192,7 +198,11 @@ def make_agent(
         instructions=instructions,
         tools=[
             Tool(lookup, metadata={"world": {"replay": "safe"}}),
-            Tool(send, metadata={"world": {"replay": "never", "timeout": SEND_TIMEOUT}}),
+            Tool(
+                send if send is not None else send_now,
+                name="send",
+                metadata={"world": {"replay": "never", "timeout": SEND_TIMEOUT}},
+            ),
             Tool(check, metadata={"world": {"replay": "safe"}}),
         ],
         capabilities=[WorldDurability()],
@@ -904,3 +914,47 @@ async def test_replay_check_replays_a_pydantic_ai_turn_and_sees_a_change(
     [turn] = changed.turns()
     assert (turn.status, turn.step) == ("diverged", 0)
     assert len(sink.lines("s")) == 1  # nothing ran during the checks
+
+
+async def test_a_send_refused_for_a_lost_lease_runs_on_the_next_attempt(
+    local: World, sink: Sink
+) -> None:
+    """``send`` (async, never) blocks the worker's event loop past its 1 s lease on its first
+    call (as a first import or CPU-bound work would), then calls ``tool_context().check()``:
+    refused. That refusal is not send's outcome and never reaches the model: the attempt ends
+    ``lease_lost`` and the next one runs send again, once, and the turn finishes (in CI the
+    pydantic-ai demo's turn failed here once, under load)."""
+    blocked: list[bool] = []
+    model = Scripted()
+    said: list[str] = []
+
+    async def send(to: str) -> str:
+        """Send the note (an effect that must happen once)."""
+        context = tool_context()
+        assert context is not None
+        if not blocked:
+            blocked.append(True)
+            time.sleep(1.5)  # noqa: ASYNC251  (the point: the loop cannot renew the lease)
+        context.check()
+        row = {"session": context.session_id, "key": context.idempotency_key, "to": to}
+        with sink.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+        return f"sent to {to}"
+
+    def remember(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        said.extend(str(part) for m in messages for part in getattr(m, "parts", []))
+        return model(messages, info)
+
+    agent = make_agent(sink, remember, send=send)
+    worker = Worker(local, WorldAgent(agent), lease=1.0, crash=None, observers=[])
+    await Client(local).submit("s", MESSAGE, turn_id=TURN)
+    with anyio.fail_after(30):
+        first = await worker.run_once(wait=5)
+        assert first is not None
+        assert first.status == "lease_lost", first
+        assert sink.lines("s") == []
+        second = await worker.run_once(wait=5)
+    assert second is not None
+    assert (second.status, second.reply) == ("done", REPLY)
+    assert len(sink.lines("s")) == 1, sink.lines("s")
+    assert not [text for text in said if "lease" in text.lower()], said

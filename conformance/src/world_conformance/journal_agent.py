@@ -79,6 +79,7 @@ class ActScript:
             while its outcome was never saved).
         sync: act is a plain function, run in a worker thread.
         raises: ``"SystemExit"`` or ``"KeyboardInterrupt"``: act raises it instead of acting.
+        check: act calls ``context.check()`` right before its effect (the async act only).
     """
 
     inside: Path | None = None
@@ -86,6 +87,7 @@ class ActScript:
     effect_first: bool = False
     sync: bool = False
     raises: str | None = None
+    check: bool = False
 
     def arrive(self) -> None:
         """act has started: create ``inside``; raise what ``raises`` names."""
@@ -195,6 +197,8 @@ def _act_tool(
             _record(effects_file, context)
         script.arrive()
         await script.wait_at_gate()
+        if script.check:
+            context.check()  # a worker whose lease ran out meanwhile must not act now
         if not script.effect_first:
             _record(effects_file, context)
         if after_act is not None:

@@ -5,6 +5,10 @@ The journal's promises under the faults a deployment really sees, run against ev
 * a worker paused (SIGSTOP) inside a ``never`` tool past its lease: the worker that takes the
   turn over does not answer for the call while its deadline has not passed, and after it the
   model's blind retry reuses the call's idempotency key;
+* a worker whose event loop was blocked past its lease inside a ``never`` tool that calls
+  ``context.check()``: the refusal is not the call's outcome; the attempt ends, the call is
+  recorded as not started and runs once, on the next attempt; a worker that took the turn over
+  meanwhile finds nothing of the stale worker's written after its own writes;
 * a turn that cannot finish says so: a failure record ``Client.wait`` raises, the message
   acked (not redelivered, not dead-lettered); a transient error fails only the last attempt;
 * outcomes are not lost: SIGTERM lets a ``never`` call in flight finish and keeps its outcome,
@@ -25,6 +29,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -42,6 +48,8 @@ from world_conformance.journal_agent import (
     MESSAGE,
     REPLY,
     SYSTEM,
+    ActScript,
+    careful,
     careless,
     effects,
     make_agent,
@@ -79,6 +87,8 @@ IN_FLIGHT_TIMEOUT = 5.0
 """act's timeout while paused within it: longer than the pause (a lease and a takeover)."""
 SHORT_TIMEOUT = 1.0
 """act's timeout when paused past it."""
+BLOCKED_LEASE = 1.0
+"""The lease of a worker whose event loop a test blocks past it."""
 _POLL = 0.02
 
 
@@ -326,6 +336,120 @@ class JournalResilienceContract(ContractBase):
         assert done.tool_runs == 0
         assert effects(tmp_path / "effects.log", SESSION) == [KEY]
         assert await _act_result(world) == {"output": "acted"}
+
+    async def test_journal_loop_blocked_past_the_lease_runs_the_call_again(
+        self, world: World, tmp_path: Path
+    ) -> None:
+        """act blocks its worker's event loop past the 1 s lease (as CPU-bound work or a first
+        import would; no renewal can run), then calls ``context.check()``: the refusal is not
+        act's outcome. The attempt ends ``lease_lost`` with no effect and the message
+        released; the log says act was not started (``step/3/unstarted``). The next attempt
+        runs act again (intent generation 1, the same idempotency key): one effect, act's real
+        result, the reply; no model request ever saw the refusal."""
+        client = Client(world, queue=QUEUE)
+        await client.submit(SESSION, MESSAGE, turn_id=TURN)
+        effects_file = tmp_path / "effects.log"
+        blocked: list[float] = []
+
+        async def block_once() -> None:
+            if not blocked:
+                blocked.append(BLOCKED_LEASE * 1.5)
+                time.sleep(blocked[0])  # noqa: ASYNC251  (the point: the loop cannot run)
+
+        model = ScriptedModel(careful)
+        agent = make_agent(
+            effects_file,
+            model=model,
+            before_act=block_once,
+            act_timeout=IN_FLIGHT_TIMEOUT * 6,
+            script=ActScript(check=True),
+        )
+        worker = Worker(
+            world, agent, queue=QUEUE, lease=BLOCKED_LEASE, name="w", crash=None, observers=[]
+        )
+        with anyio.fail_after(WAIT * 2):
+            first = await worker.run_once(wait=WAIT)
+        assert first is not None
+        assert first.status == "lease_lost", first
+        assert "no longer holds the turn's lease" in str(first.error)
+        assert effects(effects_file, SESSION) == []
+        assert await _body(world, f"turn/{TURN}/step/3/outcome") is None
+        unstarted = await _body(world, f"turn/{TURN}/step/3/unstarted")
+        assert unstarted is not None
+        assert unstarted["gen"] == 0, unstarted
+        with anyio.fail_after(WAIT * 2):
+            second = await worker.run_once(wait=WAIT)
+        assert second is not None
+        assert second.status == "done", second
+        assert second.reply == REPLY
+        assert effects(effects_file, SESSION) == [KEY], "act did not run exactly once"
+        assert await _act_result(world) == {"output": "acted"}
+        again = await _body(world, f"turn/{TURN}/step/3/intent/1")
+        assert again is not None
+        assert (again["gen"], again["key"]) == (1, KEY), again
+        told = [str(m.get("content")) for r in model.calls for m in r.messages]
+        assert not [text for text in told if "lease" in text.lower()], told
+
+    @pytest.mark.world_process
+    async def test_journal_stale_worker_writes_nothing_after_the_takeover(
+        self, world: World, world_target: WorldTarget, tmp_path: Path
+    ) -> None:
+        """Worker A's event loop blocks inside act (1 s deadline) while worker B, on a
+        connection of its own, takes the turn over once A's 1 s lease ran out, answers for act
+        after its deadline (POSSIBLY_RAN) and finishes the turn. A's act then calls
+        ``context.check()``: refused, and A's fenced "not started" record finds B's writes
+        after its own tail, so A writes nothing: the log's tail is what B left, A's status is
+        ``lease_lost``, and the only effect is B's retry of act (with act's key)."""
+        client = Client(world, queue=QUEUE)
+        await client.submit(SESSION, MESSAGE, turn_id=TURN)
+        effects_file = tmp_path / "effects.log"
+        log_id = session_log_id(SESSION)
+        seen: dict[str, Any] = {}
+
+        async def take_over() -> None:
+            async with world_target.open() as other:
+                agent = make_agent(effects_file, act_timeout=SHORT_TIMEOUT)
+                b = Worker(other, agent, queue=QUEUE, lease=LEASE, name="b", crash=None)
+                seen["b"] = await _until_done(b)
+                seen["tail"] = await other.log.tail(log_id)
+
+        def in_thread() -> None:
+            try:
+                anyio.run(take_over)
+            except BaseException as exc:  # re-raised in the test's task
+                seen["error"] = exc
+
+        async def block_once() -> None:
+            if "b" in seen or "error" in seen:
+                return
+            thread = threading.Thread(target=in_thread, daemon=True)
+            thread.start()
+            thread.join(WAIT * 3)  # A's loop is blocked all along: no renewal, no write
+
+        agent = make_agent(
+            effects_file,
+            before_act=block_once,
+            act_timeout=SHORT_TIMEOUT,
+            script=ActScript(check=True),
+        )
+        a = Worker(
+            world, agent, queue=QUEUE, lease=BLOCKED_LEASE, name="a", crash=None, observers=[]
+        )
+        with anyio.fail_after(WAIT * 4):
+            stale = await a.run_once(wait=WAIT)
+        if "error" in seen:
+            raise seen["error"]
+        assert "b" in seen, "worker B did not finish the turn within its bound"
+        statuses, done = seen["b"]
+        assert done.status == "done", (statuses, done)
+        assert stale is not None
+        assert stale.status == "lease_lost", stale
+        assert await world.log.tail(log_id) == seen["tail"], "the stale worker wrote after B"
+        assert await _body(world, f"turn/{TURN}/step/3/unstarted") is None
+        interrupted = await _act_result(world)
+        assert interrupted == {"output": POSSIBLY_RAN, "interrupted": True, "key": KEY}
+        assert effects(effects_file, SESSION) == [KEY], "B's retry of act (the same key) only"
+        assert await client.reply(SESSION, TURN) == REPLY
 
     async def test_journal_takeover_clock_ignores_claim_wait(
         self, world: World, tmp_path: Path

@@ -59,7 +59,9 @@ AGENT = "world_examples.pydantic_ai_agent:build_agent"
 LEASE = 5.0
 """The worker processes' lease: a dead worker holds its turn this long. Longer than ``world
 demo``'s 2 s: on a loaded machine a renewal can come late, and a worker that is no longer sure
-it holds the turn refuses to send (``context.check()``), which fails the turn."""
+it holds the turn refuses to send (``context.check()``). That refusal ends the attempt, not
+the turn (the next worker process sends), but costs a process; the agent is built before the
+claim, so building it (pydantic-ai's schemas) takes no leased time."""
 PROCESS_SECONDS = 120.0
 """The longest one worker process may take (a wedged one is killed)."""
 MAX_PROCESSES = 5

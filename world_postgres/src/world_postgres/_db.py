@@ -293,6 +293,14 @@ class _Pool:
             conn.terminate()
 
 
+def _drop_connection(connecting: asyncio.Future[Conn]) -> None:
+    """A connect nobody waits for any more: close what it made, or take its error."""
+    if connecting.cancelled():
+        return
+    if connecting.exception() is None:
+        connecting.result().terminate()
+
+
 class Database:
     """The pool of one World, its schema, and the retry policy shared by every call.
 
@@ -347,12 +355,25 @@ class Database:
         )
 
     async def connect(self) -> Conn:
-        """A new connection (for the pool, and the listener's)."""
-        return await asyncpg.connect(
-            self.url,
-            timeout=self.connect_timeout,
-            server_settings={"application_name": "world_postgres"},
+        """A new connection (for the pool, and the listener's).
+
+        Not cancelled half-way: asyncpg cancelled within its TLS negotiation (``sslmode``
+        prefer, the default) leaves a future whose error nobody retrieves, which the event
+        loop reports as an unhandled exception (a worker's lease renewal, cancelled as its
+        turn ends, did that). A cancelled caller leaves the connect to finish in the
+        background, bounded by ``connect_timeout``, and its connection is closed."""
+        connecting = asyncio.ensure_future(
+            asyncpg.connect(
+                self.url,
+                timeout=self.connect_timeout,
+                server_settings={"application_name": "world_postgres"},
+            )
         )
+        try:
+            return await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            connecting.add_done_callback(_drop_connection)
+            raise
 
     async def open(self) -> None:
         try:

@@ -6,6 +6,10 @@ in the order the agent code makes them. Events (JSON) and their keys, unique in 
 ====================================  =======================================================
 ``turn/<t>/input``                    the user's message (written by :class:`~world_core.Client`)
 ``turn/<t>/step/<n>/intent``          a ``never`` tool is about to run (identity, deadline, key)
+``turn/<t>/step/<n>/unstarted``       that intent's call was refused before its effect started
+                                      (``context.check()``, lease lost): run the step again;
+                                      the next intent is ``.../intent/<g>`` (``"gen": g``), its
+                                      ``unstarted`` record ``.../unstarted/<g>``
 ``turn/<t>/step/<n>/outcome``         the step's result (or a blob reference), with its identity
 ``turn/<t>/step/<n>/state/<name>``    a value the step's tool staged (``context.stage``)
 ``turn/<t>/reply``                    the final reply; the turn is finished
@@ -28,6 +32,10 @@ The rules, for step ``n``:
   :class:`~world_core.errors.CallInFlightError` tells the worker to re-queue the turn until
   then. After it, the outcome becomes :data:`POSSIBLY_RAN`, telling the model the call may or
   may not have happened and to check the current state first.
+* Intent recorded, then ``unstarted`` for it: the call was refused before its effect (its
+  tool's ``context.check()`` found the lease lost; the refusal is not an outcome, the attempt
+  stopped, see :meth:`Journal._void_intent`). The call runs again under a new intent, with
+  the same idempotency key.
 * Nothing recorded: a ``never`` tool's intent is appended (and committed) before the tool
   runs, in an append of its own that nothing of the tool's can join; then the call runs,
   shielded from cancellation (a lost lease or SIGTERM does not cut it off half-way) and
@@ -116,6 +124,7 @@ from world_core.errors import (
     ConflictError,
     DuplicateKeyError,
     InvalidArgumentError,
+    LeaseLostError,
     ModelReplyError,
     NonDeterminismError,
     NotFoundError,
@@ -207,6 +216,8 @@ DEFAULT_QUEUE = "turns"
 
 WRITE_RETRY_SECONDS = 30.0
 """How long a journal write is retried on transient faults before the turn gives up."""
+
+_FENCED_TRIES = 5  # appends of an "unstarted" record, each over events of other turns only
 
 CHILD_TURN = "run"
 """The turn id of a child run in its own session."""
@@ -423,7 +434,18 @@ def _request_difference(
 @dataclass
 class _Step:
     intent: dict[str, Any] | None = None
+    """The latest intent (of generation ``intent["gen"]``, 0 when absent)."""
     outcome: dict[str, Any] | None = None
+    unstarted: int = 0
+    """How many of the step's intents are known not started: one more than the latest
+    generation an ``unstarted`` event names (see :meth:`Journal._void_intent`)."""
+
+    @property
+    def void(self) -> bool:
+        """The latest intent has no outcome and its call was not started: run it again."""
+        if self.intent is None or self.outcome is not None:
+            return False
+        return int(self.intent.get("gen", 0)) < self.unstarted
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -533,6 +555,10 @@ class Journal:
         self._taking: StepInfo | None = None  # the step _take runs now, as observers see it
         self._calls: dict[tuple[str, str], list[int]] | None = None  # see _latest_call
         self._shielding = False  # within _shielded (this Journal is used by one task)
+        self._tail = turn.tail  # the log's tail after this Journal's last write: _void_intent
+        self.lease_refusal: LeaseLostError | None = None
+        """Set when a tool's :meth:`ToolContext.check` refused because the lease was lost: the
+        attempt is over (not the turn); a worker then stops without acking or failing it."""
 
     @classmethod
     async def open(
@@ -1301,7 +1327,9 @@ class Journal:
         body = {"t": "park", "turn": self.turn_id, "message": message_id, "behind": waiting_for}
         event = NewEvent(key=f"turn/{self.turn_id}/park/{n}", data=canonical_json(body))
         try:
-            await self._world.log.append(self._log_id, [event], expect_tail=self._turn.tail)
+            self._tail = await self._world.log.append(
+                self._log_id, [event], expect_tail=self._turn.tail
+            )
         except (ConflictError, DuplicateKeyError):
             return False
         self._turn.parked.append(message_id)
@@ -1322,12 +1350,16 @@ class Journal:
             data = canonical_json({"t": "checkpoint", "turn": self.turn_id, "too_large": True})
         return [NewEvent(key=f"turn/{self.turn_id}/checkpoint", data=data)]
 
-    def _event(self, what: str, body: dict[str, Any], step: int | None = None) -> NewEvent:
+    def _event(
+        self, what: str, body: dict[str, Any], step: int | None = None, *, gen: int = 0
+    ) -> NewEvent:
         key = (
             f"turn/{self.turn_id}/{what}"
             if step is None
             else (f"turn/{self.turn_id}/step/{step}/{what}")
         )
+        if gen:
+            key += f"/{gen}"  # a step's later intents, after ones that were not started
         data: dict[str, Any] = {"t": what, "turn": self.turn_id, **body}
         if step is not None:
             data["step"] = step
@@ -1394,12 +1426,15 @@ class Journal:
         async def append() -> None:
             nonlocal tried
             try:
-                await self._world.log.append(self._log_id, batch)
+                self._tail = await self._world.log.append(self._log_id, batch)
                 self._appended_events += len(batch)
                 self._appended_bytes += sum(len(event.data) for event in batch)
             except DuplicateKeyError as exc:
                 mine = {event.key: event.data for event in batch}
                 if tried and mine.get(exc.key) == exc.existing.data:
+                    # A batch is consecutive: its last event is as far from the found one.
+                    keys = [event.key for event in batch]
+                    self._tail = exc.existing.seq + len(batch) - 1 - keys.index(exc.key)
                     return
                 raise
             except BackendUnavailableError:
@@ -1755,7 +1790,7 @@ class Journal:
                 notify(observer, "step_replayed", StepInfo(n, kind, name, **extra))
             return await self._result(step.outcome)
         deadline = math.inf
-        if step is not None and step.intent is not None and replay == "never":
+        if step is not None and step.intent is not None and not step.void and replay == "never":
             intent = step.intent
             key = str(intent.get("key") or self.idempotency_key(n))
             recorded = intent.get("deadline")
@@ -1782,8 +1817,13 @@ class Journal:
         if tool is not None:
             deadline = self._clock() + tool.timeout
         intent_body: dict[str, Any] | None = None
-        if step is None and replay == "never":
-            key = self._reused_key(n, name, digest)
+        gen = 0
+        if replay == "never" and (step is None or step.void):
+            if step is not None and step.intent is not None:  # its earlier intent: not started
+                gen = step.unstarted
+                key = str(step.intent.get("key") or self.idempotency_key(n))
+            else:
+                key = self._reused_key(n, name, digest)
             intent_body = {
                 **identity,
                 "replay": replay,
@@ -1791,6 +1831,8 @@ class Journal:
                 "timeout": tool.timeout if tool is not None else None,
                 "deadline": deadline if math.isfinite(deadline) else None,
             }
+            if gen:
+                intent_body["gen"] = gen
         else:
             key = self.idempotency_key(n)
         # Only observers see a StepInfo: none is made for a turn nobody observes.
@@ -1810,7 +1852,7 @@ class Journal:
         # await comes between it and the call).
         async def call() -> dict[str, Any]:
             if intent_body is not None:
-                await self._append([self._event("intent", intent_body, n)])
+                await self._append([self._event("intent", intent_body, n, gen=gen)])
                 self._record(n, intent=intent_body)
             self._taking = info
             notify(observer, "step_started", info)
@@ -1822,6 +1864,10 @@ class Journal:
                 self._in_tool = name
                 try:
                     result = await tool_run[1](n, context)
+                except LeaseLostError as exc:
+                    if exc is context.refusal:
+                        await self._refused(n, exc, gen if intent_body is not None else None)
+                    raise
                 finally:
                     self._in_tool = None
                 if result.get("timed_out") and replay == "never":
@@ -1853,6 +1899,56 @@ class Journal:
         if replay == "never" and tool_run is not None:
             return await self._shielded(call)
         return await call()
+
+    async def _refused(self, n: int, refusal: LeaseLostError, gen: int | None) -> None:
+        """Step ``n``'s tool refused because the lease was lost (``ToolContext.check``): not
+        its outcome. This Journal stops (its worker no longer owns the turn), and the intent
+        of generation ``gen`` this attempt wrote (None: it wrote none, a ``safe`` call) is
+        recorded as not started, if that can still be done safely."""
+        self.lease_refusal = refusal
+        self._broken = refusal
+        if gen is not None:
+            await self._shielded(lambda: self._void_intent(n, gen))
+
+    async def _void_intent(self, n: int, gen: int) -> bool:
+        """Append ``turn/<t>/step/<n>/unstarted`` (``/<gen>`` after the first intent; ``"gen":
+        gen``): the call of step ``n``'s intent of generation ``gen`` did not start, so the
+        turn's next attempt runs it again (writing the intent of generation ``gen + 1``)
+        instead of waiting for its deadline and answering "may or may not have happened".
+
+        Fenced, because this worker's lease is gone and another worker may be taking the turn
+        over: the append expects the log's tail this Journal last wrote. Where the log grew
+        meanwhile, the events after that tail are read; if any belongs to this turn (another
+        worker's outcome, intent, failure, park), nothing is written and the intent stays as
+        it is (the usual rule then answers for it after its deadline). Other turns' events (a
+        new turn's input, a signal) are stepped over. Appended before another worker's write
+        to the turn, the record is harmless: that worker read the log before it and answers
+        for the step as the rules say, or after it and runs the step again; either way its
+        write for step ``n`` goes after it. True if the record was written."""
+        event = self._event("unstarted", {"gen": gen}, n, gen=gen)
+        own = f"turn/{self.turn_id}/"
+        tail = self._tail
+        try:
+            for _ in range(_FENCED_TRIES):
+                try:
+                    self._tail = await self._world.log.append(
+                        self._log_id, [event], expect_tail=tail
+                    )
+                    return True
+                except ConflictError:
+                    newer = await self._world.log.read(self._log_id, after=tail)
+                    if any((e.key or "").startswith(own) for e in newer):
+                        return False  # someone else wrote to the turn: it is theirs now
+                    tail = newer[-1].seq if newer else tail
+        except WorldError as exc:  # unreachable store, a taken key: the intent stays as it is
+            log.warning(
+                "turn %s/%s step %d: recording that the call was not started failed: %s",
+                self.session_id,
+                self.turn_id,
+                n,
+                exc,
+            )
+        return False
 
     def _tool_context(self, n: int, key: str, deadline: float) -> ToolContext:
         return ToolContext(
@@ -1896,6 +1992,10 @@ class Journal:
                     self._in_tool = name
                     try:
                         result = await tool_run[1](n, context)
+                    except LeaseLostError as exc:
+                        if exc is context.refusal:  # a safe call: no intent to void
+                            await self._refused(n, exc, None)
+                        raise
                     finally:
                         self._in_tool = None
                     continue
@@ -2111,6 +2211,9 @@ async def _run_tool(tool: Tool, args: dict[str, Any], context: ToolContext) -> d
         except BaseException as exc:
             if _cancelling(exc):
                 raise
+            refusal = context.refused_by(exc)
+            if refusal is not None:
+                raise refusal from None  # the lease was lost: not the call's outcome
             return {"error": _describe(exc)}
     if not returned and scope.cancelled_caught:
         if not tool.is_async:
@@ -2145,6 +2248,9 @@ async def _load(session: SessionView, events: list[Event], turn_id: str, blobs: 
         what = body.get("t")
         if what == "intent":
             turn.steps.setdefault(int(body["step"]), _Step()).intent = body
+        elif what == "unstarted":
+            step = turn.steps.setdefault(int(body["step"]), _Step())
+            step.unstarted = max(step.unstarted, int(body.get("gen", 0)) + 1)
         elif what == "outcome":
             turn.steps.setdefault(int(body["step"]), _Step()).outcome = body
     if turn_id in session.failures:

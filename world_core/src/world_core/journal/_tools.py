@@ -202,6 +202,8 @@ class ToolContext:
         self._blobs = blobs
         self._world = world
         self.claims: dict[str, tuple[dict[str, Any], str]] = {}
+        self.refusal: LeaseLostError | None = None
+        """What :meth:`check` raised when it refused because the lease was not held."""
         self.before_commit_hooks: list[Callable[[], Awaitable[None]]] = []
         self.after_commit_hooks: list[Callable[[], None]] = []
 
@@ -298,26 +300,51 @@ class ToolContext:
     def check(self, needs: float = 0.0) -> None:
         """Refuse to go on unless the lease is held and ``needs`` seconds are left.
 
-        Call it right before an irreversible effect (a payment, an email): a call that would
-        start it late, after a pause, fails instead, and its failure is the call's outcome.
+        Call it right before an irreversible effect (a payment, an email), and let what it
+        raises propagate (or chain it: ``raise MyError(...) from exc``):
+
+        * the lease is not held (the worker was paused or its event loop blocked past the
+          lease; another worker may be taking the turn over): the refusal is not the call's
+          outcome. The effect did not start, so the call stays to be run: the journal records
+          that it was not started (only if nobody else wrote to the turn meanwhile), the
+          worker stops the turn without acking or failing it, and the attempt that takes the
+          turn next runs the call again, with the same idempotency key. The model never sees
+          the refusal.
+        * fewer than ``needs`` seconds are left before the call's own :attr:`deadline`: the
+          refusal is the call's outcome, an error the model sees (it says the effect was not
+          started). The call spent the time its tool was given; running it again unasked
+          could repeat that forever, so the model decides whether to call again.
 
         Raises:
-            LeaseLostError: the lease is no longer held.
+            LeaseLostError: the lease is no longer held (also kept in :attr:`refusal`).
             TimeoutError: fewer than ``needs`` seconds are left before :attr:`deadline`.
         """
         if isinstance(needs, bool) or not isinstance(needs, int | float) or not needs >= 0:
             raise InvalidArgumentError(f"needs must be seconds >= 0, got {needs!r}")
         if not self.lease_held:
-            raise LeaseLostError(
+            self.refusal = LeaseLostError(
                 f"step {self.step}: this worker no longer holds the turn's lease; the effect "
-                "was not started"
+                "was not started (the turn's next attempt runs the call again)"
             )
+            raise self.refusal
         left = self.time_left()
         if left < needs:
             raise TimeoutError(
                 f"step {self.step}: {left:.1f} s left before the call's deadline, {needs:.1f} s "
                 "needed; the effect was not started"
             )
+
+    def refused_by(self, error: BaseException) -> LeaseLostError | None:
+        """:attr:`refusal` if ``error`` is it or was raised from it (its ``__cause__`` or
+        ``__context__`` chain): the call stopped because :meth:`check` found the lease lost."""
+        seen: set[int] = set()
+        found: BaseException | None = error
+        while found is not None and self.refusal is not None and id(found) not in seen:
+            if found is self.refusal:
+                return self.refusal
+            seen.add(id(found))
+            found = found.__cause__ or found.__context__
+        return None
 
     def state(self, name: str) -> Any:
         """The session's value named ``name`` as of this call (this call's own staged value

@@ -1,12 +1,21 @@
 """The worker: claims turns from the queue and runs them through the journal.
 
 A message is ``{"session_id", "turn_id"}``. The worker holds it under a lease that a background
-task renews every ``lease / 3`` seconds while the turn runs; if a renewal finds the lease lost
-(another worker claimed the turn after it ran out), the turn is cancelled at once; so it is
-when renewals keep failing and the lease would run out before the next one. A ``never`` tool
-call in progress is not cut off (the journal shields it until its own deadline, and its
-outcome is still written). Killed anywhere, the worker simply stops renewing; the lease runs
-out and any other worker claims the turn and continues it from the journal.
+task renews every ``lease / 3`` seconds while the turn runs (sooner after its event loop was
+late: see :func:`renew_interval`); if a renewal finds the lease lost (another worker claimed
+the turn after it ran out), the turn is cancelled at once; so it is when renewals keep failing
+and the lease would run out before the next one. A ``never`` tool call in progress is not cut
+off (the journal shields it until its own deadline, and its outcome is still written). Killed
+anywhere, the worker simply stops renewing; the lease runs out and any other worker claims the
+turn and continues it from the journal.
+
+The worker tracks the lease on its local clock, and a tool's ``context.check()`` refuses
+once it has run out there (its event loop blocked past the lease: CPU-bound work, an import,
+a pause). That refusal ends the attempt as a crash would, not the turn: the journal records
+that the call was not started (unless another worker wrote to the turn meanwhile), and the
+worker releases the message without acking or failing it (``lease_lost``); the next attempt
+runs the call again. An agent factory is called before the claim, so building the turn's
+agent (a framework's first import, schema generation) blocks no leased time.
 
 Every turn ends in one of two durable records, and the message is acked only once one is in
 the log: the reply, or a failure (``turn/<t>/failure``: error class, message, attempts, the
@@ -79,7 +88,14 @@ from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on, 
 from world_core.journal._waits import TurnSuspended
 from world_core.spi import Lease, World, validate_duration, validate_id
 
-__all__ = ["DETERMINISTIC_ERRORS", "TRANSIENT_ERRORS", "TurnAgent", "TurnResult", "Worker"]
+__all__ = [
+    "DETERMINISTIC_ERRORS",
+    "TRANSIENT_ERRORS",
+    "TurnAgent",
+    "TurnResult",
+    "Worker",
+    "renew_interval",
+]
 
 log = logging.getLogger("world.worker")
 
@@ -146,11 +162,13 @@ class TurnResult:
     message acked: the turn is over, the client is told), ``retry`` (a transient error; the
     message was released for a later attempt), ``waiting`` (a ``never`` call of another worker
     may still be running; re-queued until its deadline), ``lease_lost`` (another worker took
-    the turn; this one stopped), ``superseded`` (another worker's write for a step came first:
-    the key refused ours; this one stopped without running a ``never`` tool), ``queued`` (an
-    earlier turn of the session has not ended: the turn was handed on to run after it, and
-    its message acked), ``suspended`` (the turn waits for a timer, a signal or an approval: a
-    wake-up is queued for its deadline and the message acked; nothing is held meanwhile),
+    the turn, or a tool's ``context.check()`` found the lease run out on this worker's clock;
+    this one stopped, releasing the message if it still could), ``superseded`` (another
+    worker's write for a step came first: the key refused ours; this one stopped without
+    running a ``never`` tool), ``queued`` (an earlier turn of the session has not ended: the
+    turn was handed on to run after it, and its message acked), ``suspended`` (the turn
+    waits for a timer, a signal or an approval: a wake-up is queued for its deadline and the
+    message acked; nothing is held meanwhile),
     ``stale`` (a wake-up for a wait that another message already resumed; acked), ``shutdown``
     (stopped by a signal; released), ``invalid`` (the message was not a turn; acked and
     dropped).
@@ -189,10 +207,12 @@ class Worker:
         world: the World holding sessions and the queue.
         agent: an :class:`Agent` (or any object with ``async run_turn(journal) -> str`` that
             ends the turn with ``journal.finish``, such as an agent framework's adapter), or a
-            zero-argument callable returning one per turn.
+            zero-argument callable returning one per turn. The callable is called before the
+            turn is claimed (its work holds no lease), its result kept until a turn comes.
         lease: seconds a claim lasts without renewal; another worker may take the turn after.
-        heartbeat: renew the lease every ``lease / 3`` seconds while a turn runs. Turn it off
-            only to study what an expired lease does (the two-workers test).
+        heartbeat: renew the lease every ``lease / 3`` seconds while a turn runs (sooner after
+            a late wake-up: :func:`renew_interval`). Turn it off only to study what an
+            expired lease does (the two-workers test).
         crash: a :class:`CrashPoint`, None, or ``"env"`` to read ``CRASH_AT``.
         grace: seconds a running turn gets after SIGTERM before it is cancelled and released.
         retry_delay: first delay before a turn that failed transiently is offered again
@@ -252,17 +272,27 @@ class Worker:
             )
         self.observers = list(observers) if observers is not None else None
 
-    def _make_agent(self) -> TurnAgent:
+    def _prepare(self) -> _Prepared:
+        """The next turn's agent, made now, before its claim: a factory's work (pydantic-ai
+        builds its schemas on first use, a framework imports lazily) then blocks no leased
+        time. What the factory raises is kept and raised in the turn, classified there."""
         if isinstance(self._agent, Agent) or callable(getattr(self._agent, "run_turn", None)):
-            return cast(TurnAgent, self._agent)
-        return cast(Callable[[], TurnAgent], self._agent)()
+            return _Prepared(cast(TurnAgent, self._agent))
+        try:
+            return _Prepared(cast(Callable[[], TurnAgent], self._agent)())
+        except Exception as exc:
+            return _Prepared(None, exc)
+
+    def _make_agent(self) -> TurnAgent:
+        return self._prepare().agent()
 
     async def run_once(self, *, wait: float = 0.0) -> TurnResult | None:
         """Claim one turn (waiting up to ``wait`` seconds) and run it; None if none came."""
+        prepared = self._prepare()
         leases = await self.world.queue.claim(self.queue, self.name, lease=self.lease, wait=wait)
         if not leases:
             return None
-        return await self.process(leases[0], claimed_at=time.monotonic())
+        return await self._run(leases[0], None, time.monotonic(), prepared)
 
     async def run(
         self,
@@ -276,12 +306,15 @@ class Worker:
         ``on_ready`` is called once the signal handlers are in place, before the first claim.
         """
         stop = stop if stop is not None else anyio.Event()
+        prepared: _Prepared | None = None  # kept over claims that found no turn
         async with anyio.create_task_group() as tg:
             if signals:
                 await tg.start(_stop_on_signals, stop)
             if on_ready is not None:
                 on_ready()
             while not stop.is_set():
+                if prepared is None:
+                    prepared = self._prepare()
                 received = 0.0
                 leases: list[Lease] = []
                 unavailable: BackendUnavailableError | None = None
@@ -313,7 +346,10 @@ class Worker:
                     if stop.is_set():  # claimed as the signal came: hand it back now
                         await self._settle(lease, ack=False)
                         continue
-                    result = await self.process(lease, stop=stop, claimed_at=received)
+                    if prepared is None:
+                        prepared = self._prepare()
+                    result = await self._run(lease, stop, received, prepared)
+                    prepared = None
                     log.info("turn %s/%s: %s", result.session_id, result.turn_id, result.status)
             tg.cancel_scope.cancel()
 
@@ -325,11 +361,20 @@ class Worker:
         ``claimed_at``: ``time.monotonic()`` taken when the claim's answer arrived (now, if
         not given), from which the store's clock is estimated.
         """
+        return await self._run(lease, stop, claimed_at, None)
+
+    async def _run(
+        self,
+        lease: Lease,
+        stop: anyio.Event | None,
+        claimed_at: float | None,
+        prepared: _Prepared | None,
+    ) -> TurnResult:
         stopped: BaseException | None = None
         async with anyio.create_task_group() as observing:
             watch = _Observing(self, observing)
             try:
-                result = await self._process(lease, stop, claimed_at, watch)
+                result = await self._process(lease, stop, claimed_at, watch, prepared)
             except BaseException as exc:  # a cancellation, a simulated crash: raised as it came
                 stopped = exc
             else:
@@ -345,6 +390,7 @@ class Worker:
         stop: anyio.Event | None,
         claimed_at: float | None,
         watch: _Observing,
+        prepared: _Prepared | None,
     ) -> TurnResult:
         try:
             body = json.loads(lease.payload)
@@ -380,9 +426,13 @@ class Worker:
 
             async def renew() -> None:
                 nonlocal current, lost, held_until
+                due = started + self.lease / 3
+                late = 0.0
                 while True:
-                    await anyio.sleep(self.lease / 3)
+                    await anyio.sleep(max(0.0, due - time.monotonic()))
                     asked = time.monotonic()
+                    late = max(asked - due, late / 2)  # one stall's weight halves per renewal
+                    due = asked + renew_interval(self.lease, late)
                     try:
                         current = await self.world.queue.renew(current, self.lease)
                         held_until = asked + self.lease
@@ -392,7 +442,7 @@ class Worker:
                         return
                     except Exception as exc:  # transient: the next renewal may still make it
                         log.warning("renewing %s failed: %s", lease.message_id, exc)
-                        if time.monotonic() + self.lease / 3 >= held_until:
+                        if due >= held_until:
                             # The lease runs out before the next try: another worker may
                             # take the turn then, and both would pay for its model calls.
                             log.warning("giving up %s: its lease runs out", lease.message_id)
@@ -413,7 +463,7 @@ class Worker:
                 tg.start_soon(on_stop, stop)
             with anyio.move_on_after(self.turn_timeout) as turn_scope:
                 try:
-                    agent = self._make_agent()
+                    agent = (prepared if prepared is not None else self._prepare()).agent()
                     for _ in range(HAND_ON_TRIES):
                         journal = await Journal.open(
                             self.world,
@@ -500,6 +550,14 @@ class Worker:
         }
         if lost:
             return TurnResult(session_id, turn_id, "lease_lost", **counts)
+        refusal = journal.lease_refusal if journal is not None else None
+        if refusal is not None:
+            # A tool's check() found the lease run out on this worker's clock (its event loop
+            # was blocked past it): the call did not start and the journal says so, unless
+            # another worker wrote first. Stop as a crash would; the next attempt runs it.
+            log.warning("turn %s/%s: %s; stopping", session_id, turn_id, refusal)
+            await self._settle(current, ack=False)
+            return TurnResult(session_id, turn_id, "lease_lost", error=_describe(refusal), **counts)
         if parked and journal is not None:
             return await self._parked(current, session_id, turn_id, journal)
         if stale:
@@ -689,6 +747,34 @@ class Worker:
 
 def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
+
+
+def renew_interval(lease: float, late: float) -> float:
+    """Seconds from one lease renewal to the next: ``lease / 3``, shorter after the event
+    loop woke ``late`` seconds after a renewal was due (it was blocked).
+
+    A stall as long as the last one, starting just as the next renewal is due, sends it at
+    ``interval + late`` after this one, and the lease must outlast that: so the interval is at
+    most ``(lease - late) / 2`` (half, for the round trip and a somewhat longer stall), and at
+    least ``lease / 10`` (a loop blocked most of the lease cannot be helped by renewing more
+    often than that). The lateness halves at each renewal, so one stall does not keep the
+    renewals frequent. A stall longer than the lease loses it whatever the schedule: then
+    ``context.check()`` refuses and the attempt ends (see the module docstring)."""
+    return max(lease / 10, min(lease / 3, (lease - late) / 2))
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A turn's agent made before its claim, or what its factory raised."""
+
+    made: TurnAgent | None
+    error: Exception | None = None
+
+    def agent(self) -> TurnAgent:
+        if self.error is not None:
+            raise self.error
+        assert self.made is not None
+        return self.made
 
 
 OBSERVER_CLOSE_SECONDS = 5.0
