@@ -8,13 +8,16 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
 
+import anyio
 import pytest
 
 from world_core._cli import for_the_command_line
+from world_core._interrupt import run_command
 
 
 def _environment(env: dict[str, str]) -> dict[str, str]:
@@ -200,3 +203,28 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path) -> None:
     assert process.returncode == 130
     assert stderr == "interrupted\n"
     assert stdout == ""
+
+
+def test_ctrl_c_cannot_be_swallowed_by_the_command() -> None:
+    """Ctrl-C cancels the command's scope, which stays cancelled: a command that catches the
+    first cancellation and goes on waiting is cancelled again at its next await, and
+    KeyboardInterrupt is raised after it. (With plain ``anyio.run`` the one cancellation of
+    the main task is gone once caught, and such a command runs to its end.)"""
+    waits: list[str] = []
+
+    async def stubborn() -> str:
+        for _ in range(3):
+            try:
+                await anyio.sleep(10)
+            except anyio.get_cancelled_exc_class():
+                waits.append("cancelled")  # swallowed, as a careless command might
+        return "ran to its end"
+
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_command(stubborn)
+    finally:
+        timer.cancel()
+    assert waits == ["cancelled"] * 3

@@ -14,11 +14,10 @@ __all__ = ["register"]
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    import anyio
-
+    from world_core._interrupt import run_command
     from world_examples.demo import run_demo
 
-    status: int = anyio.run(
+    status: int = run_command(
         lambda: run_demo(world=args.world, url=args.url, as_json=args.json, which=args.which)
     )
     return status

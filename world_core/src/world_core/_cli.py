@@ -31,11 +31,10 @@ from dataclasses import asdict
 from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
-import anyio
-
 from world_core._cli_observe import register as register_observe_commands
 from world_core._cli_replay import register as register_replay_commands
 from world_core._cli_waits import register as register_wait_commands
+from world_core._interrupt import run_command
 from world_core._select import list_worlds, load_attr, open_world
 from world_core.errors import ConfigurationError, TurnNotReadyError, WorldError
 from world_core.journal._delete import delete_session
@@ -237,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_world_options(info)
     info.add_argument("--json", action="store_true", help="print JSON")
-    info.set_defaults(run=lambda args: anyio.run(_info, args))
+    info.set_defaults(run=lambda args: run_command(_info, args))
     worker = sub.add_parser(
         "worker",
         help="run turns from the queue with an agent (CRASH_AT=<step>:<before_run|after_run> "
@@ -263,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--once", action="store_true", help="run one turn, then exit")
     worker.add_argument("--wait", type=float, default=30.0, help="with --once: seconds to wait")
     worker.add_argument("--json", action="store_true", help="with --once: print the result")
-    worker.set_defaults(run=lambda args: anyio.run(_worker, args))
+    worker.set_defaults(run=lambda args: run_command(_worker, args))
     delete = sub.add_parser(
         "delete",
         help="delete a session and all it owns: its logs, turns' live events, document heads "
@@ -272,7 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     delete.add_argument("session", help="the session id (see world sessions)")
     delete.add_argument("--force", action="store_true", help="delete even with a turn not finished")
     add_world_options(delete)
-    delete.set_defaults(run=lambda args: anyio.run(_delete, args))
+    delete.set_defaults(run=lambda args: run_command(_delete, args))
     register_wait_commands(sub, add_world_options)
     register_replay_commands(sub, add_world_options)
     register_observe_commands(sub, add_world_options)

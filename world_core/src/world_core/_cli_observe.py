@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import anyio
 
+from world_core._interrupt import run_command
 from world_core._select import open_world
 from world_core.errors import NotFoundError
 from world_core.observe import (
@@ -446,7 +447,7 @@ def register(sub: Any, world_options: WorldOptions) -> None:
     )
     sessions.add_argument("--json", action="store_true", help="print JSON")
     world_options(sessions)
-    sessions.set_defaults(run=lambda args: anyio.run(_sessions, args))
+    sessions.set_defaults(run=lambda args: run_command(_sessions, args))
 
     trace = sub.add_parser(
         "trace", help="show a session's turns step by step: runs, crashes and resumes"
@@ -463,7 +464,7 @@ def register(sub: Any, world_options: WorldOptions) -> None:
         "--file", help="read the session from this world export file instead of the World"
     )
     world_options(trace)
-    trace.set_defaults(run=lambda args: anyio.run(_trace, args))
+    trace.set_defaults(run=lambda args: run_command(_trace, args))
 
     tail = sub.add_parser("tail", help="follow a turn live until it ends")
     tail.add_argument("session", help="the session id")
@@ -478,7 +479,7 @@ def register(sub: Any, world_options: WorldOptions) -> None:
         "--content", action="store_true", help="show prompts, tool arguments and results"
     )
     world_options(tail)
-    tail.set_defaults(run=lambda args: anyio.run(_tail, args))
+    tail.set_defaults(run=lambda args: run_command(_tail, args))
 
     ui = sub.add_parser("ui", help="serve the trace viewer on this machine (prints its URL)")
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")

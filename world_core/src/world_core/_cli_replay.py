@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from world_core._interrupt import run_command
 from world_core._select import open_world
 from world_core.errors import ConfigurationError
 
@@ -105,7 +106,7 @@ def register(sub: Any, world_options: WorldOptions) -> None:
     export.add_argument("sessions", nargs="+", metavar="SESSION", help="a session id")
     export.add_argument("--out", help="the file to write (default: standard output)")
     world_options(export)
-    export.set_defaults(run=lambda args: anyio.run(_export, args))
+    export.set_defaults(run=lambda args: run_command(_export, args))
 
     check = sub.add_parser(
         "replay-check",
@@ -139,4 +140,4 @@ def register(sub: Any, world_options: WorldOptions) -> None:
         help="seconds the replay of one turn may take (default 60)",
     )
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.set_defaults(run=lambda args: anyio.run(_replay_check, args))
+    check.set_defaults(run=lambda args: run_command(_replay_check, args))

@@ -10,8 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-
+from world_core._interrupt import run_command
 from world_core._select import open_world
 from world_core.errors import InvalidArgumentError
 
@@ -95,7 +94,7 @@ def register(sub: Any, world_options: WorldOptions) -> None:
     listing.add_argument("session", help="the session id")
     listing.add_argument("--json", action="store_true", help="print JSON")
     _common(listing, world_options)
-    listing.set_defaults(run=lambda args: anyio.run(_approvals, args))
+    listing.set_defaults(run=lambda args: run_command(_approvals, args))
     for verb, what in (("approve", "let it run"), ("reject", "refuse it; it does not run")):
         decide = sub.add_parser(verb, help=f"{verb} a tool call waiting for a decision: {what}")
         decide.add_argument("session", help="the session id")
@@ -106,7 +105,7 @@ def register(sub: Any, world_options: WorldOptions) -> None:
         )
         decide.add_argument("--reason", help="why; the model is told")
         _common(decide, world_options)
-        decide.set_defaults(run=lambda args: anyio.run(_decide, args))
+        decide.set_defaults(run=lambda args: run_command(_decide, args))
     signal = sub.add_parser("signal", help="send a signal to a session (or one of its turns)")
     signal.add_argument("session", help="the session id")
     signal.add_argument("name", help="the signal's name, as the turn waits for it")
@@ -115,4 +114,4 @@ def register(sub: Any, world_options: WorldOptions) -> None:
     signal.add_argument("--turn", help="address it to this turn only")
     signal.add_argument("--by", default=_default_sender(), help="who sends it")
     _common(signal, world_options)
-    signal.set_defaults(run=lambda args: anyio.run(_signal, args))
+    signal.set_defaults(run=lambda args: run_command(_signal, args))
