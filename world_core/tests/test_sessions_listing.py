@@ -151,3 +151,9 @@ async def test_world_delete_refuses_an_unfinished_turn_and_deletes_with_force(
     listed = [s.session for s in (await list_sessions(world, order="id", limit=1000)).sessions]
     assert "s0007" not in listed
     assert len(listed) == SESSIONS - 1
+    again = await anyio.to_thread.run_sync(run)  # gone now: a typo's answer, not "deleted"
+    assert again.returncode == 1
+    assert again.stderr == (
+        f"world delete: no session 's0007' in namespace '{NAMESPACE}': nothing to delete "
+        "(world sessions lists them)\n"
+    )

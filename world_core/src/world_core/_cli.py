@@ -38,6 +38,8 @@ from world_core._interrupt import run_command
 from world_core._select import list_worlds, load_attr, open_world
 from world_core.errors import ConfigurationError, TurnNotReadyError, WorldError
 from world_core.journal._delete import delete_session
+from world_core.journal._session import session_log_id
+from world_core.spi import validate_id
 
 __all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "for_the_command_line", "main", "run"]
 
@@ -138,7 +140,9 @@ async def _info(args: argparse.Namespace) -> int:
 
 async def _delete(args: argparse.Namespace) -> int:
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
+        existed = await world.log.info(session_log_id(validate_id(args.session, "SESSION")))
         try:
+            # Even for a session that is gone: what a deletion cut short left is removed too.
             await delete_session(world, args.session, force=args.force)
         except TurnNotReadyError as exc:
             print(
@@ -148,6 +152,13 @@ async def _delete(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+    if existed is None:
+        print(
+            f"world delete: no session {args.session!r} in namespace {world.namespace!r}: "
+            "nothing to delete (world sessions lists them)",
+            file=sys.stderr,
+        )
+        return 1
     print(f"deleted session {args.session} (namespace {world.namespace})")
     return 0
 
