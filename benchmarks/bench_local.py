@@ -38,9 +38,12 @@ and 1.97x its floor at p50 (2.35x and 2.43x before files were kept open and the 
 the World's own). Its parts: the thread hop, 1.37x to 1.41x on its own (1.48x to 1.67x
 through ``anyio.to_thread.run_sync``); the file work, 1.41x to 1.44x (1.55x to 1.68x before),
 now five system calls besides the floor's write and fsync (flock, fstat, unlock; no open,
-close, path lookup, header or tail read, outbox probe) plus the frame's encoding, its fold
-and the locks in Python. The CPU column of the append (234 to 341 us against the floor's 70
-to 112; 432 to 459 before) is mostly the two wake-ups of the hop and the Python around it.
+close, header or tail read, outbox probe) plus the frame's encoding, its fold and the locks in
+Python. Since then a writer also stats the path once locked (a hard link made elsewhere kept
+a deleted file's link count above 0): 1.9 to 2.0 us a stat against 114 to 125 us a pwrite and
+fsync on this machine (load 1.0), not rerun through this benchmark. The CPU column of the
+append (234 to 341 us against the floor's 70 to 112; 432 to 459 before) is mostly the two
+wake-ups of the hop and the Python around it.
 
 Timings on a shared machine are noisy: compare the rows of one run, not runs. Bounded: a few
 seconds with ``--quick``, about half a minute with the defaults.

@@ -61,10 +61,10 @@ async def test_an_append_to_a_file_held_open_opens_and_reads_nothing(
     with _counting(monkeypatch, "open", "stat", "pread", "fstat", "fsync", "flock") as calls:
         for n in range(5):
             assert await world.log.append("l", [NewEvent(data=b"x")]) == n + 2
-    # Per append: lock, one fstat (still linked? grown by another process?), fsync, unlock.
-    # No open (nor the outbox intent's: nothing this process did not write changed), no
-    # path lookup, no header or tail read.
-    assert calls == ["flock:EX", "fstat", "fsync", "flock:UN"] * 5
+    # Per append: lock, one fstat (grown by another process?), one stat (does the path still
+    # name it?), fsync, unlock. No open (nor the outbox intent's: nothing this process did
+    # not write changed), no header or tail read.
+    assert calls == ["flock:EX", "fstat", "stat", "fsync", "flock:UN"] * 5
 
 
 async def test_a_change_by_another_process_is_read_then_nothing_again(
@@ -95,6 +95,27 @@ async def test_a_file_deleted_and_made_again_elsewhere_is_not_written_through_th
         await connect(url=url, namespace="t") as other,
     ):
         await mine.log.append("l", [NewEvent(data=b"old")] * 3)  # mine keeps it open
+        await other.log.delete("l")
+        await other.log.append("l", [NewEvent(data=b"new")])
+        assert await mine.log.append("l", [NewEvent(data=b"mine")]) == 2
+        assert [e.data for e in await other.log.read("l")] == [b"new", b"mine"]
+
+
+async def test_a_file_deleted_while_hard_linked_elsewhere_is_not_written_through(
+    tmp_path: Path,
+) -> None:
+    """A hard link made elsewhere (``cp -al`` of a live store) keeps a deleted file's link
+    count above 0: an append through the old descriptor would be acknowledged and lost."""
+    url = str(tmp_path / "store")
+    async with (
+        await connect(url=url, namespace="t") as mine,
+        await connect(url=url, namespace="t") as other,
+    ):
+        await mine.log.append("l", [NewEvent(data=b"old")])  # mine keeps it open
+        backup = tmp_path / "backup"
+        backup.mkdir()
+        for path in (tmp_path / "store" / "t" / "logs").iterdir():
+            os.link(path, backup / path.name)
         await other.log.delete("l")
         await other.log.append("l", [NewEvent(data=b"new")])
         assert await mine.log.append("l", [NewEvent(data=b"mine")]) == 2

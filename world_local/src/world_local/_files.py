@@ -176,6 +176,22 @@ def sweep_temps(folder: Path) -> None:
             os.close(fd)
 
 
+def _named(st: os.stat_result, path: Path) -> bool:
+    """``path`` still names the open file of fstat ``st``: checked by a writer, once locked.
+
+    A link count of 0 says no without a lookup, but a count above 0 does not say yes: another
+    name (a hard link an operator made: ``ln``, ``cp -al``) keeps a file deleted or compacted
+    here linked, and a write to it would be acknowledged and lost. So the path is looked up:
+    one ``stat``, next to the write's ``fsync``."""
+    if not st.st_nlink:
+        return False
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
+
+
 def _same_file(fd: int, path: Path) -> bool:
     try:
         st = os.stat(path)
@@ -209,7 +225,9 @@ class FoldedFile:
     header read), while its owner (``opened``) lets it: it bounds how many files a process
     keeps open and closes the others with :meth:`let_go`. An open file is checked at every use
     with one ``fstat``: a link count of 0 means the path no longer names it (deleted, purged,
-    or compacted: replaced by a rename), so it is closed and the path opened again. A file
+    or compacted: replaced by a rename), so it is closed and the path opened again. A writer
+    also looks the path up (:func:`_named`: a hard link made elsewhere keeps the count above
+    0), so no write goes to a file the path no longer names (see the README for readers). A file
     held open since the state was folded from it needs no header check: its inode cannot have
     been reused meanwhile, and its size says whether anything was appended.
     """
@@ -399,8 +417,8 @@ class FoldedFile:
                 except BlockingIOError:
                     raise Busy(self.path) from None
                 try:
-                    st = os.fstat(fd)  # still linked? grown? (as locked: nobody else writes)
-                    if not st.st_nlink:
+                    st = os.fstat(fd)  # grown? (as locked: nobody else writes)
+                    if not _named(st, self.path):
                         self._drop = True
                         continue
                     self._sync(fd, st)
