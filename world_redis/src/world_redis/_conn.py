@@ -8,7 +8,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, urlsplit, urlunsplit
@@ -492,37 +492,35 @@ def resolve_url(url: str | None) -> tuple[str, str]:
     return value, URL_VARIABLE
 
 
-def connect_timeout() -> float:
-    """``WORKFLOW_REDIS_CONNECT_TIMEOUT`` (seconds), else the default."""
-    raw = os.environ.get(CONNECT_TIMEOUT_VARIABLE, "").strip()
+def _positive(variable: str, parse: Callable[[str], float], default: float, what: str) -> float:
+    """The positive number in the environment ``variable`` (``parse`` reads it), else
+    ``default``; anything else is refused naming the variable."""
+    raw = os.environ.get(variable, "").strip()
     if not raw:
-        return DEFAULT_CONNECT_TIMEOUT
+        return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(
-            f"{CONNECT_TIMEOUT_VARIABLE}={raw!r} is not a positive number of seconds"
-        )
+        raise ConfigurationError(f"{variable}={raw!r} is not {what}")
     return value
+
+
+def connect_timeout() -> float:
+    """``WORKFLOW_REDIS_CONNECT_TIMEOUT`` (seconds), else the default."""
+    return _positive(
+        CONNECT_TIMEOUT_VARIABLE, float, DEFAULT_CONNECT_TIMEOUT, "a positive number of seconds"
+    )
 
 
 def max_waits() -> int:
     """``WORKFLOW_REDIS_MAX_WAITS`` (a positive integer), else the default."""
-    raw = os.environ.get(MAX_WAITS_VARIABLE, "").strip()
-    if not raw:
-        return DEFAULT_MAX_WAITS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigurationError(
-            f"{MAX_WAITS_VARIABLE}={raw!r} is not a positive whole number of blocking waits "
-            f"(connections) a World may hold at once; unset it for {DEFAULT_MAX_WAITS}"
-        )
-    return value
+    what = (
+        "a positive whole number of blocking waits (connections) a World may hold at once; "
+        f"unset it for {DEFAULT_MAX_WAITS}"
+    )
+    return int(_positive(MAX_WAITS_VARIABLE, int, DEFAULT_MAX_WAITS, what))
 
 
 def _address(parts: SplitResult) -> str:
