@@ -1,11 +1,12 @@
 """Running a command's coroutine so that Ctrl-C always stops it.
 
 ``anyio.run`` on asyncio turns SIGINT into one cancellation of the main task (asyncio's
-runner calls ``Task.cancel()`` once). That request is edge-triggered and can be lost: when a
-cancel scope's deadline fires in the same turn of the event loop, the scope's own cancellation
-can overwrite it, the scope swallows what it takes for its own, and the command runs on as if
-Ctrl-C never came (seen in CI under load: a waiting ``world worker --once`` ran out its whole
-wait, ``world demo`` finished and exited 0). Here SIGINT cancels the command's cancel scope
+runner calls ``Task.cancel()`` once). That request is edge-triggered: code that catches the
+cancellation (a careless ``except``), or a cancel scope that takes it for its own (its deadline
+firing in the same turn of the event loop can overwrite the request's message), ends it, and
+the command runs on as if Ctrl-C never came. CI under load saw exactly that once (a waiting
+``world worker --once`` ran out its whole wait; ``world demo`` finished with status 0), though
+which of these ways it took was not reproduced. Here SIGINT cancels the command's cancel scope
 instead, which stays cancelled (every later await raises again) until the command has
 unwound, and KeyboardInterrupt is raised after it.
 """
