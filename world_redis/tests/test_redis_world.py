@@ -220,6 +220,7 @@ async def test_claims_waiting_on_one_queue_share_one_blocking_connection(
         leases = await rworld.queue.claim("q", "w", lease=30, wait=WAIT)
         got.extend(lease.payload for lease in leases)
 
+    # why: private, the test counts the claims asleep on the queue
     sleepers = rworld.queue._sleepers  # type: ignore[attr-defined]
     with anyio.fail_after(WAIT):
         async with anyio.create_task_group() as tg:
