@@ -443,6 +443,24 @@ async def test_a_tool_raising_system_exit_or_keyboard_interrupt_fails_only_itsel
 # -- what JSON and the store can carry -----------------------------------------------------------
 
 
+def test_a_failed_encoding_leaves_nothing_behind() -> None:
+    """canonical_json reuses its encoders; one whose encode failed half-way still marks the
+    containers it was in (its cycle check), so reusing it would call a later, valid value
+    holding them circular. It is dropped instead."""
+    shared: dict[str, Any] = {"n": 1, "z": object()}
+    for _ in range(3):
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            canonical_json({"a": shared})
+    del shared["z"]
+    assert canonical_json({"a": shared, "b": [shared]}) == b'{"a":{"n":1},"b":[{"n":1}]}'
+    looped: list[Any] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular reference"):
+        canonical_json(looped)
+    looped.clear()
+    assert canonical_json([looped, looped]) == b"[[],[]]"
+
+
 async def test_lone_surrogates_are_recorded_once_and_replayed(world: World) -> None:
     """Text that UTF-8 cannot carry (a model may send "\\ud83d" alone) is journaled losslessly:
     before, the outcome's encoding failed after the model was paid, and every retry paid

@@ -105,6 +105,33 @@ async def test_call_passes_the_context_and_runs_sync_tools() -> None:
     assert result == "A1:2.5:s/t/step-4"
 
 
+async def test_a_call_gets_its_arguments_as_validation_gives_them() -> None:
+    """Arguments of exactly the declared bare types skip a second validation; any others
+    (a str for an int, a bool for an int, a missing or an extra argument) are validated as
+    ever: converted, or refused."""
+    seen: list[tuple[object, object]] = []
+
+    async def pick(count: int, label: str = "x") -> None:
+        """Pick."""
+        seen.append((count, label))
+
+    async def pick_many(count: Annotated[int, Field(ge=1)], label: str = "x") -> None:
+        """Pick; count at least 1."""
+        seen.append((count, label))
+
+    context = ToolContext("s", "t", 0)
+    simple, constrained = tool(pick, replay="never"), tool(pick_many, replay="never")
+    await simple.call({"count": 3, "label": "y"}, context)
+    await simple.call({"count": "4"}, context)  # converted, default filled
+    await simple.call({"count": True, "label": "z"}, context)  # a bool is converted to 1
+    assert seen == [(3, "y"), (4, "x"), (1, "z")]
+    assert [type(count) for count, _ in seen] == [int, int, int]
+    with pytest.raises(ValueError, match="count"):
+        await simple.call({"label": "y", "other": 1}, context)
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        await constrained.call({"count": 0, "label": "y"}, context)
+
+
 def test_registry() -> None:
     registry = ToolRegistry()
 

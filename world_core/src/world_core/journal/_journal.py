@@ -260,15 +260,35 @@ _CANONICAL_ASCII = json.JSONEncoder(
 _C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
 
 
+_ENCODERS: list[Callable[[object, int], Any]] = []
+"""Idle C encoders for :func:`_encode`: each is taken by one encode at a time (any thread),
+then put back (building one took 0.3 to 0.5 us, against 5 to 7 us to encode an event of a
+step: four encodes a ``never`` step)."""
+
+
 def _encode(value: object) -> str:
-    """``_CANONICAL.encode(value)``: the same C encoder, made here without the Python layers
-    ``JSONEncoder.encode`` adds on every call (a third of a small value's cost). Its markers
-    (what detects a cycle) are new each time: a failed encode leaves some behind."""
+    """``_CANONICAL.encode(value)``: the same C encoder, without the Python layers
+    ``JSONEncoder.encode`` adds on every call (a third of a small value's cost). An encoder
+    whose encode failed is dropped, not put back: its markers (what detects a cycle) may
+    still hold the containers it was in; one that succeeded has removed all of its own."""
     if _C_ENCODER is None:  # an interpreter without the json accelerator
         return _CANONICAL.encode(value)
-    chunks = _C_ENCODER(
-        {}, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
-    )(value, 0)
+    try:
+        encoder = _ENCODERS.pop()
+    except IndexError:
+        encoder = _C_ENCODER(
+            {},
+            _CANONICAL.default,
+            json.encoder.encode_basestring,
+            None,
+            ":",
+            ",",
+            True,
+            False,
+            False,
+        )
+    chunks = encoder(value, 0)
+    _ENCODERS.append(encoder)
     return "".join(chunks)
 
 
@@ -961,14 +981,8 @@ class Journal:
             timeout=seconds,
         )
 
-        async def run_tool(step: int, context: ToolContext) -> dict[str, Any]:
-            self.tool_runs += 1
-            return await _run_tool(unit, {}, context)
-
         n = self._next
-        result = await self._step(
-            "tool", name, digest, input, label, None, tool_run=(unit, run_tool)
-        )
+        result = await self._step("tool", name, digest, input, label, None, tool_run=(unit, {}))
         if result.get("interrupted"):
             failed: ToolError = PossiblyRanError(
                 f"{name} (step {n}) may or may not have happened: {POSSIBLY_RAN}",
@@ -997,10 +1011,6 @@ class Journal:
             if refused is not None:
                 return refused
 
-        async def run(step: int, context: ToolContext) -> dict[str, Any]:
-            self.tool_runs += 1
-            return await _run_tool(tool, args, context)
-
         encoded = canonical_json(raw)  # once, for the digest and the preview
         digest = hashlib.sha256(encoded).hexdigest()
         return await self._step(
@@ -1010,7 +1020,7 @@ class Journal:
             raw,
             tool.replay,
             None,
-            tool_run=(tool, run),
+            tool_run=(tool, args),
             shown=_shown(encoded),
         )
 
@@ -1419,55 +1429,74 @@ class Journal:
     async def _write(self, batch: list[NewEvent]) -> None:
         """Append ``batch``, shielded from cancellation, retrying transient faults.
 
-        Every event here is keyed: when a retry finds a key taken by an identical event, the
-        earlier try landed (the batch is atomic), so it counts as done."""
-        tried = False
-
-        async def append() -> None:
-            nonlocal tried
-            try:
-                self._tail = await self._world.log.append(self._log_id, batch)
-                self._appended_events += len(batch)
-                self._appended_bytes += sum(len(event.data) for event in batch)
-            except DuplicateKeyError as exc:
-                mine = {event.key: event.data for event in batch}
-                if tried and mine.get(exc.key) == exc.existing.data:
-                    # A batch is consecutive: its last event is as far from the found one.
-                    keys = [event.key for event in batch]
-                    self._tail = exc.existing.seq + len(batch) - 1 - keys.index(exc.key)
-                    return
-                raise
-            except BackendUnavailableError:
-                tried = True
-                raise
-
-        await self._retrying(append)
-
-    async def _retrying(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """Run ``operation`` shielded from cancellation, retrying BackendUnavailableError with
-        backoff for up to WRITE_RETRY_SECONDS (journal writes and blob puts are idempotent)."""
+        The first try is made here, in place (a step writes twice: no closure, no retry loop
+        around a write that succeeds); after a transient fault, :meth:`_write_again` is
+        retried with backoff."""
         if not self._shielding:
-            return await self._shielded(lambda: self._retrying(operation))
+            await self._shielded(lambda: self._write(batch))
+            return
+        try:
+            tail = await self._world.log.append(self._log_id, batch)
+        except BackendUnavailableError as exc:
+            await self._retrying(lambda: self._write_again(batch), failed=exc)
+            return
+        self._wrote(batch, tail)
+
+    async def _write_again(self, batch: list[NewEvent]) -> None:
+        """A later try of :meth:`_write`'s append, after a transient fault. Every event here is
+        keyed: when it finds a key taken by an identical event, the earlier try landed (the
+        batch is atomic), so it counts as done."""
+        try:
+            tail = await self._world.log.append(self._log_id, batch)
+        except DuplicateKeyError as exc:
+            mine = {event.key: event.data for event in batch}
+            if mine.get(exc.key) != exc.existing.data:
+                raise
+            # A batch is consecutive: its last event is as far from the found one.
+            keys = [event.key for event in batch]
+            self._tail = exc.existing.seq + len(batch) - 1 - keys.index(exc.key)
+            return
+        self._wrote(batch, tail)
+
+    def _wrote(self, batch: list[NewEvent], tail: int) -> None:
+        self._tail = tail
+        self._appended_events += len(batch)
+        self._appended_bytes += sum(len(event.data) for event in batch)
+
+    async def _retrying(
+        self,
+        operation: Callable[[], Awaitable[T]],
+        *,
+        failed: BackendUnavailableError | None = None,
+    ) -> T:
+        """Run ``operation`` shielded from cancellation, retrying BackendUnavailableError with
+        backoff for up to WRITE_RETRY_SECONDS (journal writes and blob puts are idempotent).
+        ``failed``: the fault of a first try made by the caller (the backoff starts at once)."""
+        if not self._shielding:
+            return await self._shielded(lambda: self._retrying(operation, failed=failed))
         delay = 0.1
         give_up: float | None = None  # counted from the first fault (no clock read before)
         while True:
-            try:
-                return await operation()
-            except BackendUnavailableError as exc:
-                now = anyio.current_time()
-                if give_up is None:
-                    give_up = now + WRITE_RETRY_SECONDS
-                if now + delay > give_up:
-                    raise
-                log.warning(
-                    "turn %s/%s: journal write failed (%s); retrying in %.1f s",
-                    self.session_id,
-                    self.turn_id,
-                    exc,
-                    delay,
-                )
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+            if failed is None:
+                try:
+                    return await operation()
+                except BackendUnavailableError as exc:
+                    failed = exc
+            now = anyio.current_time()
+            if give_up is None:
+                give_up = now + WRITE_RETRY_SECONDS
+            if now + delay > give_up:
+                raise failed
+            log.warning(
+                "turn %s/%s: journal write failed (%s); retrying in %.1f s",
+                self.session_id,
+                self.turn_id,
+                failed,
+                delay,
+            )
+            failed = None
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     async def _shielded(self, operation: Callable[[], Awaitable[T]]) -> T:
         """``operation()`` shielded from cancellation. Inside, journal writes open no cancel
@@ -1575,8 +1604,7 @@ class Journal:
         run: Callable[[int], Awaitable[dict[str, Any]]] | None,
         *,
         parts: tuple[dict[str, Any], dict[str, Any]] | None = None,
-        tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]]
-        | None = None,
+        tool_run: tuple[Tool, dict[str, Any]] | None = None,
         shown: str | None = None,
     ) -> dict[str, Any]:
         """Step ``preview`` (its preview text ``shown`` when the caller has it already)."""
@@ -1777,12 +1805,15 @@ class Journal:
         replay: Replay,
         run: Callable[[int], Awaitable[dict[str, Any]]] | None,
         parts: tuple[dict[str, Any], dict[str, Any]] | None,
-        tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
+        tool_run: tuple[Tool, dict[str, Any]] | None,
     ) -> dict[str, Any]:
         identity = {"kind": kind, "name": name, "digest": digest, "preview": shown}
         observer = self._observer
-        extra = {"input": preview if kind == "tool" else None, **self._step_extra}
-        self._step_extra = {}
+        extra: dict[str, Any] = {}  # for a StepInfo: only observers see one
+        if observer is not None:
+            extra = {"input": preview if kind == "tool" else None, **self._step_extra}
+        if self._step_extra:
+            self._step_extra = {}
         step = self._turn.steps.get(n)
         if step is not None and step.outcome is not None:
             self.replayed += 1
@@ -1863,7 +1894,8 @@ class Journal:
                 context = self._tool_context(n, key, deadline)
                 self._in_tool = name
                 try:
-                    result = await tool_run[1](n, context)
+                    self.tool_runs += 1
+                    result = await _run_tool(tool_run[0], tool_run[1], context)
                 except LeaseLostError as exc:
                     if exc is context.refusal:
                         await self._refused(n, exc, gen if intent_body is not None else None)
@@ -1883,18 +1915,20 @@ class Journal:
             if crash is not None and crash.step == n and crash.when == "after_run":
                 crash.hit()
 
-            def keep() -> Awaitable[dict[str, Any]]:
-                return self._keep_claiming(
-                    n, kind, identity, replay, result, context, parts, tool_run
-                )
-
             if context is not None and (context.claims or context.before_commit_hooks):
                 # Its hooks and the outcome's append, or a safe call run again on a conflict,
                 # under one shield. Without hooks or claims, every await of _keep is a write
                 # that shields itself (_retrying), and no cancellation can land between
                 # them: one more scope around them would only cost each safe step a scope.
+                # Nor can a conflict happen without claims: _keep is called directly.
+
+                def keep() -> Awaitable[dict[str, Any]]:
+                    return self._keep_claiming(
+                        n, kind, identity, replay, result, context, parts, tool_run
+                    )
+
                 return await self._shielded(keep)
-            return await keep()
+            return await self._keep(n, kind, identity, replay, result, context, parts)
 
         if replay == "never" and tool_run is not None:
             return await self._shielded(call)
@@ -1973,7 +2007,7 @@ class Journal:
         result: dict[str, Any],
         context: ToolContext | None,
         parts: tuple[dict[str, Any], dict[str, Any]] | None,
-        tool_run: tuple[Tool, Callable[[int, ToolContext], Awaitable[dict[str, Any]]]] | None,
+        tool_run: tuple[Tool, dict[str, Any]] | None,
     ) -> dict[str, Any]:
         """:meth:`_keep`, and when the call's claims conflict (``ToolContext.claim``): a
         ``safe`` call runs again with a fresh context, up to MAX_CONFLICT_RUNS runs, then its
@@ -1991,7 +2025,8 @@ class Journal:
                     context = self._tool_context(n, context.idempotency_key, context.deadline)
                     self._in_tool = name
                     try:
-                        result = await tool_run[1](n, context)
+                        self.tool_runs += 1
+                        result = await _run_tool(tool_run[0], tool_run[1], context)
                     except LeaseLostError as exc:
                         if exc is context.refusal:  # a safe call: no intent to void
                             await self._refused(n, exc, None)

@@ -19,6 +19,7 @@ import math
 import re
 import time
 import typing
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -108,6 +109,9 @@ class _ThreadCall:
 
 
 _ABANDONED: set[_ThreadCall] = set()
+
+_BUILT: weakref.WeakSet[type[pydantic.BaseModel]] = weakref.WeakSet()
+"""The argument models :func:`tool` built (extra arguments forbidden, no validators)."""
 
 
 def abandoned_calls() -> int:
@@ -444,8 +448,16 @@ class Tool:
     async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
         """Run the tool with validated arguments (sync functions run in a worker thread, which
         is abandoned, still running, if the call is cancelled: a thread cannot be stopped)."""
-        model = self.arguments.model_validate(arguments)
-        kwargs = {name: getattr(model, name) for name in self._parameters}
+        plain = self._plain
+        if (
+            plain is not None
+            and len(arguments) == len(plain)
+            and all(type(arguments.get(name)) is kind for name, kind in plain)
+        ):
+            kwargs = dict(arguments)  # equal to what validating them again would give
+        else:
+            model = self.arguments.model_validate(arguments)
+            kwargs = {name: getattr(model, name) for name in self._parameters}
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = context
         if self.is_async:
@@ -466,6 +478,25 @@ class Tool:
     @functools.cached_property
     def _parameters(self) -> tuple[str, ...]:
         return tuple(self.arguments.model_fields)
+
+    @functools.cached_property
+    def _plain(self) -> tuple[tuple[str, type], ...] | None:
+        """Each argument's name and type when every one is a bare ``int``, ``str`` or
+        ``bool`` of a model :func:`tool` built (no alias, constraint or validator; extra
+        arguments forbidden); else None. Validating arguments of exactly those names and
+        types again gives back equal values of the same types, so :meth:`call` skips that
+        (:meth:`parse` already validated them); any other arguments are validated."""
+        if self.arguments not in _BUILT:
+            return None
+        plain: list[tuple[str, type]] = []
+        for name, field in self.arguments.model_fields.items():
+            kind = field.annotation
+            if kind not in (int, str, bool) or field.metadata or field.alias is not None:
+                return None
+            if field.validation_alias is not None:
+                return None
+            plain.append((name, cast(type, kind)))
+        return tuple(plain)
 
 
 def _check_replay(replay: object, name: str) -> Replay:
@@ -557,6 +588,7 @@ def _build(
         __config__=pydantic.ConfigDict(extra="forbid"),
         **fields,
     )
+    _BUILT.add(arguments)
     return Tool(
         name=tool_name,
         description=description if description is not None else _description(fn),
