@@ -1,10 +1,11 @@
 """Worker threads for the blocking file work, handed off more cheaply than a generic call.
 
 Every call of the local World runs its file work (locks, reads, an fsync) in a worker thread,
-so that the event loop never waits on a lock and (but for the inline appends below) the disk. ``anyio.to_thread.run_sync`` costs more than
-that work itself (measured in benchmarks/bench_local.py: the fsync floor through it is 1.6x to
-1.9x the floor on the caller's thread, through :func:`run_sync` here 1.15x to 1.25x): it yields
-to the event loop once before starting, takes a capacity limiter, copies the context and finds
+so that the event loop never waits on a lock, nor (but for the inline appends below) on the
+disk. ``anyio.to_thread.run_sync`` costs more than that work itself (measured in
+benchmarks/bench_local.py: the fsync floor through it is 1.6x to 1.9x the floor on the
+caller's thread, through :func:`run_sync` here 1.15x to 1.25x): it yields to the event loop
+once before starting, takes a capacity limiter, copies the context and finds
 the root task at every call. Under asyncio the hand-off here is a future and one queue per
 thread: the caller's loop sleeps until the thread's ``call_soon_threadsafe`` wakes it. Under
 any other event loop (trio) it is anyio's.
