@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -342,3 +343,21 @@ async def test_appends_go_to_threads_while_other_file_work_runs_in_one(
             release.set()
     await world.log.append("l", [NewEvent(data=b"y")])
     assert thread_trips == [3]
+
+
+def test_inline_pauses_double_while_inline_work_stays_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_threads, "INLINE_SLOW", -1.0)  # every run is slow
+    policy = _threads._Policy()
+    policy.timed(time.monotonic())
+    assert policy.pause == _threads.INLINE_PAUSE
+    for n in (2, 4, 8):
+        policy.timed(time.monotonic())  # slow again at once: within one pause of the last
+        assert policy.pause == n * _threads.INLINE_PAUSE
+    for _ in range(10):
+        policy.timed(time.monotonic())
+    assert policy.pause == _threads.INLINE_PAUSE_MAX
+    policy.slow_until = time.monotonic() - 2 * _threads.INLINE_PAUSE_MAX  # long fast since
+    policy.timed(time.monotonic())
+    assert policy.pause == _threads.INLINE_PAUSE

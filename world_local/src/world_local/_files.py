@@ -218,8 +218,9 @@ class FoldedFile:
     """One record file folded into in-memory state, kept in step incrementally.
 
     Subclasses define the state (``reset``) and how a frame changes it (``apply``). Every use
-    goes through :meth:`reading` or :meth:`writing`, which run in a worker thread: they hold
-    ``self.mutex`` (threads of this process) and, for writing, the file's flock (processes).
+    goes through :meth:`reading` or :meth:`writing`, which run in a worker thread (a ``quick``
+    write may run on the event loop's: it waits for no lock): they hold ``self.mutex``
+    (threads of this process) and, for writing, the file's flock (processes).
 
     The file stays open between uses (a few syscalls less each: no open, close, path lookup or
     header read), while its owner (``opened``) lets it: it bounds how many files a process

@@ -22,9 +22,9 @@ leaves a torn frame at worst, which readers ignore and the next writer cuts off.
 A log append may instead run on the caller's thread (:func:`run_inline`), blocking its event
 loop for one fsync, when :func:`inline_ok` allows: no call of this process is in a worker
 thread (nothing else of ours waits on the disk, so the loop holds up no concurrent file work),
-and no inline work took longer than :data:`INLINE_SLOW` in the last :data:`INLINE_PAUSE`
-seconds (a disk slow to flush, or a machine too loaded to run us, keeps the loop out of it: a
-disk that stays slow stalls the loop at most once per :data:`INLINE_PAUSE`, for one call).
+and no inline work was slow (:data:`INLINE_SLOW`) shortly before: a pause of
+:data:`INLINE_PAUSE`, doubling while the slowness persists up to :data:`INLINE_PAUSE_MAX`, so a
+disk that stays slow stalls the loop at most once per :data:`INLINE_PAUSE_MAX`, for one call.
 Inline work never waits for a lock (see ``FoldedFile.writing``'s ``quick``); if it would, it
 goes to a thread.
 """
@@ -48,6 +48,7 @@ import anyio.to_thread
 __all__ = [
     "IDLE",
     "INLINE_PAUSE",
+    "INLINE_PAUSE_MAX",
     "INLINE_SLOW",
     "THREADS",
     "inline_ok",
@@ -63,10 +64,14 @@ files overlap on the disk); more calls wait for a thread."""
 IDLE = 10.0
 """Seconds a thread waits for work before it ends."""
 INLINE_SLOW = 0.01
-"""Seconds: inline work that took longer (an fsync the disk was slow to flush) keeps the next
-:data:`INLINE_PAUSE` seconds of file work off the event loop's thread."""
-INLINE_PAUSE = 1.0
-"""Seconds after slow file work during which nothing runs inline."""
+"""Seconds: inline work that took longer (an fsync the disk was slow to flush, or a machine
+too loaded to run us) keeps file work off the event loop's thread for a pause."""
+INLINE_PAUSE = 0.1
+"""Seconds of the first pause after slow inline work. Slow again within one pause of the
+last one's end (the first run allowed after it), and the pause doubles, up to
+:data:`INLINE_PAUSE_MAX`: a disk that stays slow stalls the loop ever more rarely, while a
+lone spike costs the inline runs of a tenth of a second."""
+INLINE_PAUSE_MAX = 5.0
 
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
 
@@ -145,6 +150,7 @@ class _Policy:
         self.lock = threading.Lock()
         self.busy = 0  # calls in (or waiting for) a worker thread
         self.slow_until = 0.0  # time.monotonic() before which nothing runs inline
+        self.pause = 0.0  # the length of the last pause
 
     def enter(self) -> None:
         with self.lock:
@@ -157,8 +163,11 @@ class _Policy:
     def timed(self, start: float) -> None:
         """Note the end of inline work that began at ``start`` (``time.monotonic()``)."""
         now = time.monotonic()
-        if now - start > INLINE_SLOW:
-            self.slow_until = now + INLINE_PAUSE
+        if now - start <= INLINE_SLOW:
+            return
+        again = now < self.slow_until + self.pause
+        self.pause = min(self.pause * 2, INLINE_PAUSE_MAX) if again else INLINE_PAUSE
+        self.slow_until = now + self.pause
 
 
 def _call(
