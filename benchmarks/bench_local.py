@@ -53,6 +53,19 @@ fsync on this machine (load 1.0), not rerun through this benchmark. The CPU colu
 append (234 to 341 us against the floor's 70 to 112; 432 to 459 before) is mostly the two
 wake-ups of the hop and the Python around it.
 
+Since appends may run on the event loop's thread (2026-12-02 08:26 UTC, two runs of
+``--messages 40 --chunks 20`` each, the code before and after alternating, load average 4.7
+to 5.2 on two shared cores, floors 0.39 to 1.6 ms as other work flushed the same disk): the
+append is 1.29x and 1.41x its floor at p50 (2.54x and 2.42x before, in the runs between),
+407 and 272 us of CPU a call against 532 and 461 before; in the same runs, the append never
+inline is 2.62x and 2.46x, the file work on the caller's thread 1.32x and 1.47x. So the
+inline append costs about its file work: the hop is gone. What remains is the file work's
+system calls (``flock``, ``fstat``, ``stat``, ``pwrite``, ``fsync``, unlock: none can go
+without weakening a check; ``fdatasync`` instead of ``fsync`` measured the same, one run at
+load 3) and about 36 us of Python for the frame, its fold and the locks (without the fsync,
+under cProfile: ``json`` encode 6 us, the fold's ``json.loads`` of the frame just made 8 us,
+the system calls 20 us).
+
 Timings on a shared machine are noisy: compare the rows of one run, not runs. Bounded: a few
 seconds with ``--quick``, about half a minute with the defaults.
 """
