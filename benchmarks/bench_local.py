@@ -25,8 +25,16 @@ and one JSON line:
     makes costlier than an idle hop: the event loop sleeps in epoll meanwhile and must be
     woken, on a loaded machine behind other processes.
 
-  What the append adds beyond these (validation, the ``NewEvent``, the wake-up of this
-  process's watchers) is the rest of its ratio.
+  - ``append, never inline``: the append with every call through a worker thread, as before
+    appends could run on the event loop's thread (``world_local/README.md``, Locking): the
+    inline policy held paused for it.
+
+  An append on a file held open runs on the caller's thread when the policy allows (nothing
+  else in a thread, no slow inline append shortly before), else in a thread: its ratio lies
+  between the file work's and the never-inline append's, nearer the first the fewer of its
+  samples were sent to threads (a loaded machine or disk sends more). What it adds beyond
+  these (validation, the ``NewEvent``, the wake-up of this process's watchers, one yield to
+  the loop) is the rest of its ratio.
 * queue: messages per second through enqueue, then claim + ack until empty, with 1 and 8
   worker tasks on one World.
 * stream: latency from the start of a 4-byte ``Stream.write`` to a reader on the same World
@@ -45,6 +53,19 @@ fsync on this machine (load 1.0), not rerun through this benchmark. The CPU colu
 append (234 to 341 us against the floor's 70 to 112; 432 to 459 before) is mostly the two
 wake-ups of the hop and the Python around it.
 
+Since appends may run on the event loop's thread (2026-12-02 08:26 UTC, two runs of
+``--messages 40 --chunks 20`` each, the code before and after alternating, load average 4.7
+to 5.2 on two shared cores, floors 0.39 to 1.6 ms as other work flushed the same disk): the
+append is 1.29x and 1.41x its floor at p50 (2.54x and 2.42x before, in the runs between),
+407 and 272 us of CPU a call against 532 and 461 before; in the same runs, the append never
+inline is 2.62x and 2.46x, the file work on the caller's thread 1.32x and 1.47x. So the
+inline append costs about its file work: the hop is gone. What remains is the file work's
+system calls (``flock``, ``fstat``, ``stat``, ``pwrite``, ``fsync``, unlock: none can go
+without weakening a check; ``fdatasync`` instead of ``fsync`` measured the same, one run at
+load 3) and about 36 us of Python for the frame, its fold and the locks (without the fsync,
+under cProfile: ``json`` encode 6 us, the fold's ``json.loads`` of the frame just made 8 us,
+the system calls 20 us).
+
 Timings on a shared machine are noisy: compare the rows of one run, not runs. Bounded: a few
 seconds with ``--quick``, about half a minute with the defaults.
 """
@@ -61,7 +82,7 @@ import anyio
 from _world_rows import Row, drain, ms, pair_rows, pairs, run_and_print, write_to_read
 
 from world_core import NewEvent
-from world_local import LocalWorld, connect
+from world_local import LocalWorld, _threads, connect
 from world_local._log import LocalLog
 from world_local._threads import run_sync
 
@@ -101,6 +122,14 @@ async def bench_append(world: LocalWorld, folder: Path, count: int) -> list[Row]
     async def raw_in_thread() -> None:
         await run_sync(floor.op)
 
+    async def append_in_thread() -> None:
+        policy = _threads._policy  # paused: this append goes to a thread, as before inlining
+        kept, policy.slow_until = policy.slow_until, float("inf")
+        try:
+            await log.append("bench", event)
+        finally:
+            policy.slow_until = kept
+
     try:
         rows = pair_rows(
             "append (1 event of 256 B)",
@@ -116,6 +145,11 @@ async def bench_append(world: LocalWorld, folder: Path, count: int) -> list[Row]
             "what remains: the floor in a worker thread",
             "floor (phase 3)",
             *await pairs(count, raw, raw_in_thread),
+        )
+        rows += pair_rows(
+            "append, never inline (always a thread)",
+            "floor (phase 4)",
+            *await pairs(count, raw, append_in_thread),
         )
     finally:
         floor.close()

@@ -1,14 +1,17 @@
 """What the local World's calls cost, counted (system calls, trips to a worker thread), never
 timed: files kept open, one look per idle poll, the fsync of a queue write after its locks,
-and the hand-off to worker threads keeping anyio's cancellation semantics."""
+the hand-off to worker threads keeping anyio's cancellation semantics, and when an append
+runs on the event loop's thread instead."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
-from world_core.spi import NewEvent
+from world_core.spi import NewEvent, OutboxMessage
 from world_local import LocalWorld, _space, _threads, connect
 from world_local._space import Space
 
@@ -159,9 +162,9 @@ def _count_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     trips = [0]
     real = Space.run
 
-    async def run(self: Space, fn: Callable[[], Any], *, creates: bool = False) -> Any:
+    async def run(self: Space, fn: Callable[[], Any], **kw: Any) -> Any:
         trips[0] += 1
-        return await real(self, fn, creates=creates)
+        return await real(self, fn, **kw)
 
     monkeypatch.setattr(Space, "run", run)
     return trips
@@ -239,3 +242,122 @@ async def test_the_hand_off_raises_what_the_work_raised() -> None:
 
     with pytest.raises(FileNotFoundError, match="gone"):
         await _threads.run_sync(work)
+
+
+@pytest.fixture
+def thread_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the calls handed to a worker thread; inline work is never slow meanwhile (on a
+    loaded machine an fsync may take long enough to send the next calls to threads)."""
+    monkeypatch.setattr(_threads, "INLINE_SLOW", float("inf"))
+    monkeypatch.setattr(_threads._policy, "slow_until", 0.0)
+    trips = [0]
+    real = _threads._pool.submit
+
+    def submit(job: Any) -> None:
+        trips[0] += 1
+        real(job)
+
+    monkeypatch.setattr(_threads._pool, "submit", submit)
+    return trips
+
+
+async def test_an_append_to_a_file_held_open_runs_on_the_callers_thread(
+    world: LocalWorld, thread_trips: list[int]
+) -> None:
+    await world.log.append("l", [NewEvent(data=b"first")])  # creates and opens it: a thread
+    assert thread_trips == [1]
+    for n in range(5):
+        assert await world.log.append("l", [NewEvent(data=b"x")]) == n + 2
+    assert thread_trips == [1]
+    await world.queue.enqueue("q", b"m")  # only a log append runs inline
+    await world.log.append(
+        "l", [NewEvent(data=b"m")], messages=[OutboxMessage(queue="q", payload=b"m")]
+    )
+    assert thread_trips == [3]
+
+
+async def test_an_append_never_waits_for_a_lock_on_the_event_loop(
+    world: LocalWorld, thread_trips: list[int]
+) -> None:
+    """Another process holding the file's lock (a stopped one, say) must not freeze the
+    event loop: the append waits for it in a worker thread."""
+    await world.log.append("l", [NewEvent(data=b"first")])
+    (path,) = (world._space.folder / "logs").iterdir()
+    other = os.open(path, os.O_RDWR)  # its own open file: excluded by flock as a process
+    fcntl.flock(other, fcntl.LOCK_EX)
+    done: list[int] = []
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+
+            async def append() -> None:
+                done.append(await world.log.append("l", [NewEvent(data=b"x")]))
+
+            tg.start_soon(append)
+            while thread_trips[0] != 2:  # the loop runs meanwhile: here
+                await anyio.lowlevel.checkpoint()
+            assert done == []
+            os.close(other)  # which releases the lock
+    assert done == [2]
+
+
+async def test_an_append_after_another_process_wrote_reads_its_frames_first(
+    tmp_path: Path, thread_trips: list[int]
+) -> None:
+    url = str(tmp_path / "store")
+    async with (
+        await connect(url=url, namespace="t") as mine,
+        await connect(url=url, namespace="t") as other,
+    ):
+        await mine.log.append("l", [NewEvent(data=b"m1")])
+        await other.log.append("l", [NewEvent(data=b"o")])
+        trips = thread_trips[0]
+        assert await mine.log.append("l", [NewEvent(data=b"m2")]) == 3
+        assert thread_trips[0] == trips + 1  # not inline: there was a frame to read
+        assert [e.data for e in await other.log.read("l")] == [b"m1", b"o", b"m2"]
+
+
+async def test_after_slow_inline_work_appends_go_to_threads(
+    world: LocalWorld, thread_trips: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.log.append("l", [NewEvent(data=b"first")])
+    monkeypatch.setattr(_threads, "INLINE_SLOW", -1.0)  # every inline run is slow
+    monkeypatch.setattr(_threads, "INLINE_PAUSE", 3600.0)
+    await world.log.append("l", [NewEvent(data=b"inline, slow")])
+    assert thread_trips == [1]
+    await world.log.append("l", [NewEvent(data=b"in a thread")])
+    assert thread_trips == [2]
+
+
+async def test_appends_go_to_threads_while_other_file_work_runs_in_one(
+    world: LocalWorld, thread_trips: list[int]
+) -> None:
+    await world.log.append("l", [NewEvent(data=b"first")])
+    release = threading.Event()
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_threads.run_sync, partial(release.wait, WAIT))
+            while thread_trips[0] != 2:
+                await anyio.lowlevel.checkpoint()
+            await world.log.append("l", [NewEvent(data=b"x")])
+            assert thread_trips == [3]
+            release.set()
+    await world.log.append("l", [NewEvent(data=b"y")])
+    assert thread_trips == [3]
+
+
+def test_inline_pauses_double_while_inline_work_stays_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_threads, "INLINE_SLOW", -1.0)  # every run is slow
+    policy = _threads._Policy()
+    policy.timed(time.monotonic())
+    assert policy.pause == _threads.INLINE_PAUSE
+    for n in (2, 4, 8):
+        policy.timed(time.monotonic())  # slow again at once: within one pause of the last
+        assert policy.pause == n * _threads.INLINE_PAUSE
+    for _ in range(10):
+        policy.timed(time.monotonic())
+    assert policy.pause == _threads.INLINE_PAUSE_MAX
+    policy.slow_until = time.monotonic() - 2 * _threads.INLINE_PAUSE_MAX  # long fast since
+    policy.timed(time.monotonic())
+    assert policy.pause == _threads.INLINE_PAUSE

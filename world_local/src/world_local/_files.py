@@ -218,8 +218,9 @@ class FoldedFile:
     """One record file folded into in-memory state, kept in step incrementally.
 
     Subclasses define the state (``reset``) and how a frame changes it (``apply``). Every use
-    goes through :meth:`reading` or :meth:`writing`, which run in a worker thread: they hold
-    ``self.mutex`` (threads of this process) and, for writing, the file's flock (processes).
+    goes through :meth:`reading` or :meth:`writing`, which run in a worker thread (a ``quick``
+    write may run on the event loop's: it waits for no lock): they hold ``self.mutex``
+    (threads of this process) and, for writing, the file's flock (processes).
 
     The file stays open between uses (a few syscalls less each: no open, close, path lookup or
     header read), while its owner (``opened``) lets it: it bounds how many files a process
@@ -392,18 +393,37 @@ class FoldedFile:
                 self._done()
 
     def writing(
-        self, fn: Callable[[int | None], R], *, create: bool = True, block: bool = True
+        self,
+        fn: Callable[[int | None], R],
+        *,
+        create: bool = True,
+        block: bool = True,
+        quick: bool = False,
     ) -> R:
         """Run ``fn(fd)`` holding the file's lock, on state that includes every committed frame
         and with any torn tail cut off. fd is None when the file is missing and not ``create``.
 
+        ``quick``: only if nothing is in the way of ``fn``, as on the event loop's thread: the
+        locks are free (not waited for), the file is open already and unchanged since this
+        process's last use of it (nothing to read, nothing torn to cut). Else Busy, before
+        ``fn`` ran and with nothing changed.
+
         Raises:
-            Busy: ``block`` is false and another thread or process holds the lock.
+            Busy: ``block`` is false or ``quick`` true, and another thread or process holds the
+                lock; or ``quick`` true and the file is not as above.
         """
-        if not self.mutex.acquire(blocking=block):
+        if not self.mutex.acquire(blocking=block and not quick):
             raise Busy(self.path)
         unsynced: int | None = None  # a descriptor to fsync once the locks are released
         try:
+            if quick and (
+                self._fd is None
+                or self._forks != _forks
+                or not self._writable
+                or not self._checked
+                or not self.keep_open
+            ):
+                raise Busy(self.path)
             while True:
                 fd = self._open(writable=True)  # checked once locked
                 if fd is None:
@@ -412,15 +432,20 @@ class FoldedFile:
                         continue
                     self._sync(None, None)
                     return fn(None)
+                wait = block and not quick
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     raise Busy(self.path) from None
                 try:
                     st = os.fstat(fd)  # grown? (as locked: nobody else writes)
                     if not _named(st, self.path):
                         self._drop = True
+                        if quick:
+                            raise Busy(self.path)
                         continue
+                    if quick and st.st_size != self.end:
+                        raise Busy(self.path)
                     self._sync(fd, st)
                     if st.st_size > self.end:
                         os.ftruncate(fd, self.end)

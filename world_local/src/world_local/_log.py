@@ -112,9 +112,10 @@ class LocalLog(Log):
         messages: Sequence[OutboxMessage] = (),
     ) -> int:
         validate_append(log_id, events, expect_tail=expect_tail, status=status, messages=messages)
-        tail, queues = await self._space.run(
-            partial(self._write, log_id, events, expect_tail, status, messages), creates=True
-        )
+        write = partial(self._write, log_id, events, expect_tail, status, messages)
+        # An append with messages writes several files and fsyncs each: never inline.
+        quick = None if messages else partial(write, quick=True)
+        tail, queues = await self._space.run(write, creates=True, quick=quick)
         self._changed(log_id, queues)
         return tail
 
@@ -125,9 +126,13 @@ class LocalLog(Log):
         expect_tail: int | None,
         status: str | None,
         messages: Sequence[OutboxMessage],
+        *,
+        quick: bool = False,
     ) -> tuple[int, list[str]]:
         """The file work of :meth:`append` (arguments validated): the new tail and the queues
-        that received messages. Blocking: runs in a worker thread."""
+        that received messages. Blocking: runs in a worker thread, or (``quick``, see
+        ``FoldedFile.writing``) on the event loop's thread, raising Busy instead of waiting or
+        of finishing an outbox append left behind."""
         meta: dict[str, Any] = {"keys": [event.key for event in events]}
         if status is not None:
             meta["status"] = status
@@ -135,6 +140,8 @@ class LocalLog(Log):
 
         def work(fd: int | None) -> tuple[int, list[str]]:
             assert fd is not None
+            if quick and file.intent:
+                raise Busy(file.path)
             # What a crashed append left, first. An intent can only be left with the file
             # changed by another process (its frame, or a torn one), or by this process
             # (file.intent); an intent whose frame was never written is harmless, as finish()
@@ -165,7 +172,7 @@ class LocalLog(Log):
                 file.intent = False
             return file.tail, queues
 
-        return file.writing(work)
+        return file.writing(work, quick=quick)
 
     def _changed(self, log_id: str, queues: list[str]) -> None:
         self._space.changed(LogFile.kind, log_id)

@@ -23,8 +23,8 @@ from world_core.errors import (
     ConfigurationError,
     WorldError,
 )
-from world_local._files import DamagedStoreError, FoldedFile, fsync_dir, read_frame
-from world_local._threads import run_sync
+from world_local._files import Busy, DamagedStoreError, FoldedFile, fsync_dir, read_frame
+from world_local._threads import inline_ok, run_inline, run_sync
 
 __all__ = [
     "CACHED_FILES",
@@ -182,14 +182,31 @@ class Space:
         fsync_dir(self.folder.parent)
         self._made = True
 
-    async def run(self, fn: Callable[[], R], *, creates: bool = False) -> R:
+    async def run(
+        self, fn: Callable[[], R], *, creates: bool = False, quick: Callable[[], R] | None = None
+    ) -> R:
         """Run blocking file work in a worker thread, with OS errors translated.
 
         ``creates``: ``fn`` may create a file, so the folders are made first (once per
         process; afterwards this costs one flag test).
+
+        ``quick``: the same work, raising :class:`Busy` before doing anything if it would wait
+        (``FoldedFile.writing``'s ``quick``). When the hand-off policy allows
+        (``_threads.inline_ok``) it runs on this thread instead of ``fn`` in a worker thread,
+        and the task yields to the event loop once after it; ``fn`` runs if it raised Busy.
         """
         if self.closed:
             raise ClosedError("this local World was closed; open a new one")
+        if quick is not None and inline_ok():
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            try:
+                with translate(self.folder, self.setting):
+                    result = run_inline(quick)
+            except Busy:
+                pass
+            else:
+                await anyio.lowlevel.cancel_shielded_checkpoint()  # others' turn, as a hop gives
+                return result
         work = partial(self._in_folders, fn) if creates and not self._made else fn
         with translate(self.folder, self.setting):
             return await run_sync(work)
