@@ -496,3 +496,24 @@ async def test_waits_and_listings_keep_nothing_per_object_once_done(
                 await mine.log.append("l0", [NewEvent(data=b"y")])
         assert mine._space._events == {}
         assert other._space._events == {}
+
+
+async def test_a_read_after_a_delete_and_a_new_log_sees_the_new_log_despite_another_link(
+    tmp_path: Path,
+) -> None:
+    """A log file with a second name (an operator's hard link, or the temporary name of a
+    creation killed before removing it) stays linked when the log is deleted: a process that
+    held it open reads the new log at that path, not the old file."""
+    url = str(tmp_path / "store")
+    async with (
+        await connect(url=url, namespace="t") as mine,
+        await connect(url=url, namespace="t") as other,
+    ):
+        await other.log.append("l", [NewEvent(data=b"old")])
+        assert [e.data for e in await mine.log.read("l")] == [b"old"]  # mine keeps it open
+        os.link(_only_file(tmp_path / "store" / "t" / "logs"), tmp_path / "second-name")
+        await other.log.delete("l")
+        assert await mine.log.info("l") is None
+        await other.log.append("l", [NewEvent(data=b"new")] * 2)
+        assert [e.data for e in await mine.log.read("l")] == [b"new"] * 2
+        assert await mine.log.tail("l") == 2
