@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -349,8 +350,16 @@ async def test_503_three_times_then_an_answer(
 
 
 async def test_500_forever_gives_up_when_the_budget_is_spent(
-    server: ChatServer, models: ModelFactory, warnings_logged: pytest.LogCaptureFixture
+    server: ChatServer,
+    models: ModelFactory,
+    warnings_logged: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Each wait at the low end of its jitter: 0.25 s, 0.5 s, then 1 s, which no longer fits.
+    # With jitter the wait before the third attempt can end a few milliseconds short of the
+    # budget; that attempt then times out at once (the message's last failure is that
+    # timeout, and the server may see the request only after the call gave up).
+    monkeypatch.setattr(random, "uniform", lambda low, high: low)
     server.forever = Canned(500, OVERLOADED)
     model = models(retry_budget=1.5, retry_backoff=0.5)  # the default backoff
     with pytest.raises(BackendUnavailableError, match="retry later") as caught:

@@ -595,7 +595,10 @@ async def test_mcp_tool_calls_are_labelled_steps(local: World, tmp_path: Path) -
     agent = Agent(
         FunctionModel(policy, model_name="scripted"),
         name="stamper",
-        toolsets=[MCPToolset(transport, id="stamps")],
+        # No handshake timeout (pydantic-ai's default is 5 s): each step starts the server, a
+        # Python process whose imports alone take over 5 s on a loaded machine; the steps'
+        # timeouts and the fail_after below still bound the turn.
+        toolsets=[MCPToolset(transport, id="stamps", init_timeout=None)],
         capabilities=[WorldDurability(tools={"stamp": {"replay": "never", "timeout": 20}})],
     )
     await Client(local).submit("s", MESSAGE, turn_id=TURN)

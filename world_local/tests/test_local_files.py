@@ -456,3 +456,64 @@ async def test_cache_bound_holds_under_concurrent_calls(
             assert [e.data for e in await world.log.read(f"s{i}")] == [
                 f"{i}.{n}".encode() for n in range(10) for _ in range(2)
             ]
+
+
+async def test_waits_and_listings_keep_nothing_per_object_once_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that waited once on many logs, streams and queues (a client waiting for many
+    sessions' replies) and listed many logs holds no wake-up and a bounded name cache."""
+    monkeypatch.setattr(_space, "CACHED_NAMES", 5)
+    url = str(tmp_path / "store")
+    async with (
+        await connect(url=url, namespace="t") as mine,
+        await connect(url=url, namespace="t") as other,
+    ):
+        for i in range(20):
+            await other.log.append(f"l{i}", [NewEvent(data=b"x")])
+        assert len((await mine.log.list_logs()).items) == 20
+        assert len(mine._space._names) == 5
+        for i in range(12):
+            with anyio.move_on_after(0.02):  # the other process writes nothing more
+                async for _ in mine.log.watch(f"l{i}", after=1):
+                    pass
+            with anyio.move_on_after(0.02):
+                async for _ in mine.stream.read(f"s{i}", start=0):
+                    pass
+            assert await mine.queue.claim(f"q{i}", "w", lease=30, limit=1, wait=0.02) == []
+        # A waiter still waiting holds its wake-up, which a write of this process sets.
+        async with anyio.create_task_group() as tasks:
+
+            async def wait_for_one() -> None:
+                async for event in mine.log.watch("l0", after=1):
+                    assert event.data == b"y"
+                    return
+
+            tasks.start_soon(wait_for_one)
+            await anyio.wait_all_tasks_blocked()
+            assert list(mine._space._events) == [("logs", "l0")]
+            with anyio.fail_after(10):
+                await mine.log.append("l0", [NewEvent(data=b"y")])
+        assert mine._space._events == {}
+        assert other._space._events == {}
+
+
+async def test_a_read_after_a_delete_and_a_new_log_sees_the_new_log_despite_another_link(
+    tmp_path: Path,
+) -> None:
+    """A log file with a second name (an operator's hard link, or the temporary name of a
+    creation killed before removing it) stays linked when the log is deleted: a process that
+    held it open reads the new log at that path, not the old file."""
+    url = str(tmp_path / "store")
+    async with (
+        await connect(url=url, namespace="t") as mine,
+        await connect(url=url, namespace="t") as other,
+    ):
+        await other.log.append("l", [NewEvent(data=b"old")])
+        assert [e.data for e in await mine.log.read("l")] == [b"old"]  # mine keeps it open
+        os.link(_only_file(tmp_path / "store" / "t" / "logs"), tmp_path / "second-name")
+        await other.log.delete("l")
+        assert await mine.log.info("l") is None
+        await other.log.append("l", [NewEvent(data=b"new")] * 2)
+        assert [e.data for e in await mine.log.read("l")] == [b"new"] * 2
+        assert await mine.log.tail("l") == 2

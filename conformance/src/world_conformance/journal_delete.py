@@ -22,6 +22,7 @@ from world_core import (
     BlobRef,
     Client,
     Documents,
+    Journal,
     ModelReply,
     ModelRequest,
     ScriptedModel,
@@ -101,6 +102,28 @@ class _DiesAfter(PassThroughLog):
         await super().delete(log_id)
 
 
+class _Spawner(Agent):
+    """A turn with the message ``spawn <n>`` starts a child run ``spawn <n-1>`` (none for 0)
+    and replies without waiting for it."""
+
+    def __init__(self) -> None:
+        super().__init__(model=ScriptedModel(_echo))
+
+    async def run_turn(self, journal: Journal) -> str:
+        n = int(journal.user_message.removeprefix("spawn "))
+        if n:
+            await journal.start_child(f"spawn {n - 1}")
+        return await journal.finish(f"spawned {n}")
+
+
+async def _run_turns(world: World, count: int) -> None:
+    for _ in range(count):
+        with anyio.fail_after(WAIT):
+            result = await Worker(world, _Spawner(), crash=None).run_once(wait=WAIT)
+        assert result is not None
+        assert result.status == "done", result
+
+
 class JournalDeleteContract(ContractBase):
     """``delete_session`` on the World under test."""
 
@@ -159,3 +182,26 @@ class JournalDeleteContract(ContractBase):
         assert "session/c" in await _logs(world)
         await delete_session(world, "c", force=True)
         assert "session/c" not in await _logs(world)
+
+    async def test_delete_session_deletes_the_child_sessions_its_turns_started(
+        self, world: World
+    ) -> None:
+        """A turn started a child run, which started one of its own: deleting the first
+        session deletes both children's sessions too, and is refused (deleting nothing) while
+        the grandchild's turn is not finished. Another session stays."""
+        await Client(world).submit("p", "spawn 2", turn_id="p1")
+        await _run_turns(world, 2)  # p's turn, then its child's; the grandchild's is queued
+        children = [log_id for log_id in await _logs(world) if log_id.startswith("session/child-")]
+        assert len(children) == 2, children
+        before = await _logs(world)
+        with pytest.raises(TurnNotReadyError, match="child session of 'p'") as refused:
+            await delete_session(world, "p")
+        assert refused.value.waiting_for == "run"
+        assert await _logs(world) == before
+        await _run_turns(world, 1)
+        await Client(world).submit("other", "spawn 0", turn_id="o1")
+        await _run_turns(world, 1)
+        await delete_session(world, "p")
+        assert [log_id for log_id in await _logs(world) if log_id.startswith("session/")] == [
+            "session/other"
+        ]

@@ -146,9 +146,7 @@ async def _delete(args: argparse.Namespace) -> int:
             await delete_session(world, args.session, force=args.force)
         except TurnNotReadyError as exc:
             print(
-                f"world delete: turn {exc.waiting_for!r} of session {args.session!r} is not "
-                "finished: wait for it (world tail), or add --force to delete it anyway (a "
-                "worker still running it may write again)",
+                f"world delete: {exc} (here: wait for it with world tail, or add --force)",
                 file=sys.stderr,
             )
             return 1
@@ -276,8 +274,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(run=lambda args: run_command(_worker, args))
     delete = sub.add_parser(
         "delete",
-        help="delete a session and all it owns: its logs, turns' live events, document heads "
-        "and blobs (safe to run again after a crash; refused while a turn is not finished)",
+        help="delete a session and all it owns: its logs, turns' live events, document heads, "
+        "blobs and the child sessions its turns started (safe to run again after a crash; "
+        "refused while a turn is not finished; dead letters are kept)",
     )
     delete.add_argument("session", help="the session id (see world sessions)")
     delete.add_argument("--force", action="store_true", help="delete even with a turn not finished")

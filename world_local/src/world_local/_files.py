@@ -224,11 +224,11 @@ class FoldedFile:
 
     The file stays open between uses (a few syscalls less each: no open, close, path lookup or
     header read), while its owner (``opened``) lets it: it bounds how many files a process
-    keeps open and closes the others with :meth:`let_go`. An open file is checked at every use
-    with one ``fstat``: a link count of 0 means the path no longer names it (deleted, purged,
-    or compacted: replaced by a rename), so it is closed and the path opened again. A writer
-    also looks the path up (:func:`_named`: a hard link made elsewhere keeps the count above
-    0), so no write goes to a file the path no longer names (see the README for readers). A file
+    keeps open and closes the others with :meth:`let_go`. An open file is checked at every use:
+    when the path no longer names it (deleted, purged, or compacted: replaced by a rename) it
+    is closed and the path opened again. Readers and writers both look the path up (a hard
+    link made elsewhere keeps a deleted file's link count above 0), so no read or write uses a
+    file the path no longer names. A file
     held open since the state was folded from it needs no header check: its inode cannot have
     been reused meanwhile, and its size says whether anything was appended.
     """
@@ -258,6 +258,7 @@ class FoldedFile:
         frames appended by another process, a torn tail): what a crash elsewhere may have
         left must be looked for."""
         self._fd: int | None = None
+        self._inode: tuple[int, int] | None = None  # of the open file, once a reader looked
         self._writable = False
         self._forks = _forks
         self._checked = False  # the header of the open file was read since it was opened
@@ -315,7 +316,7 @@ class FoldedFile:
 
     def _close(self) -> None:
         """Close the open file (releasing its flock, if held). Holding ``mutex``."""
-        fd, self._fd, self._drop = self._fd, None, False
+        fd, self._fd, self._drop, self._inode = self._fd, None, False, None
         if fd is not None:
             os.close(fd)
 
@@ -371,15 +372,27 @@ class FoldedFile:
         self._report()
 
     def _current(self, writable: bool) -> tuple[int, os.stat_result] | None:
-        """The open file the path names and its fstat; None if missing. Holding ``mutex``."""
+        """The open file the path names and its stat; None if missing. Holding ``mutex``.
+
+        The path is looked up (one ``stat``, in place of an ``fstat``): a link count above 0
+        does not say the path still names the open file. Another name keeps a file deleted or
+        compacted here linked: a hard link an operator made, or the temporary name of a
+        creation whose process was killed before removing it; the open file would then be
+        read, stale, after the path named a new one."""
         while True:
             fd = self._open(writable)
             if fd is None:
                 return None
-            st = os.fstat(fd)
-            if st.st_nlink:
+            if self._inode is None:
+                opened = os.fstat(fd)
+                self._inode = (opened.st_dev, opened.st_ino)
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) == self._inode:
                 return fd, st
-            self._close()  # unlinked: the path names another file, or none
+            self._close()  # the path names another file, or none
 
     def reading(self, fn: Callable[[int | None], R]) -> R:
         """Run ``fn(fd)`` on fresh state without taking the file lock; fd is None if missing."""

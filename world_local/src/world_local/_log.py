@@ -228,15 +228,15 @@ class LocalLog(Log):
         file = self._file(log_id)
         delay = POLL_MIN
         while True:
-            changed = self._space.event(LogFile.kind, log_id)
-            batch = await self._space.run(partial(file.fetch, after, None, MAX_PAYLOAD_BYTES))
-            for event in batch:
-                yield event
-                after = event.seq
-            if batch:
-                delay = POLL_MIN
-                continue
-            await pause(changed, delay)
+            with self._space.wake_up(LogFile.kind, log_id) as changed:
+                batch = await self._space.run(partial(file.fetch, after, None, MAX_PAYLOAD_BYTES))
+                for event in batch:
+                    yield event
+                    after = event.seq
+                if batch:
+                    delay = POLL_MIN
+                    continue
+                await pause(changed, delay)
             delay = min(delay * 2, POLL_MAX)
 
     async def list_logs(

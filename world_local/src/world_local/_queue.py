@@ -277,14 +277,14 @@ class LocalQueue(Queue):
         doubling to POLL_MAX), until leases come or ``give_up``."""
         delay = POLL_MIN
         while True:
-            changed = self._space.event(QueueFile.kind, queue)
-            leases = await self._attempt(file, lease, limit)
-            if leases:
-                return leases
-            left = give_up - anyio.current_time()
-            if left <= 0:
-                return []
-            await pause(changed, min(delay, left))
+            with self._space.wake_up(QueueFile.kind, queue) as changed:
+                leases = await self._attempt(file, lease, limit)
+                if leases:
+                    return leases
+                left = give_up - anyio.current_time()
+                if left <= 0:
+                    return []
+                await pause(changed, min(delay, left))
             delay = min(delay * 2, POLL_MAX)
 
     async def _attempt(self, file: QueueFile, lease: float, limit: int) -> list[Lease]:

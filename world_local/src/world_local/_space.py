@@ -28,6 +28,7 @@ from world_local._threads import inline_ok, run_inline, run_sync
 
 __all__ = [
     "CACHED_FILES",
+    "CACHED_NAMES",
     "CACHED_RECENT",
     "CACHED_RECORDS",
     "OPEN_FILES",
@@ -57,11 +58,14 @@ namespace index together, at about 300 bytes each (about 5 MiB). Beyond that the
 recently used files go, down to the CACHED_RECENT used last whatever their size. A file that
 went is folded again from disk when next used, as one never cached."""
 CACHED_RECENT = 16
+"""The files used last, kept over CACHED_RECORDS: a long log and the queue a worker uses with
+it do not push each other out (and get folded again from disk) at every call."""
 OPEN_FILES = 64
 """Files kept open per namespace between calls (the least recently opened are closed beyond
 that): a call on an open file saves its open, close and header read."""
-"""The files used last, kept over CACHED_RECORDS: a long log and the queue a worker uses with
-it do not push each other out (and get folded again from disk) at every call."""
+CACHED_NAMES = 4096
+"""File names whose identifier (read from the file's header, for listings) is kept per
+namespace; the least recently used go beyond that and are read from the header again."""
 
 POLL_MIN = 0.005
 """First wait between two looks at a file another process may change (seconds)."""
@@ -93,10 +97,12 @@ class Space:
         self._files: OrderedDict[tuple[str, str], FoldedFile] = OrderedDict()
         self._files_mutex = threading.Lock()
         self._held = 0  # records the cached files index: the sum of their ``reported``
-        self._names: dict[tuple[str, str], str] = {}
+        self._names: OrderedDict[tuple[str, str], str] = OrderedDict()  # guarded by _files_mutex
         self._open: OrderedDict[FoldedFile, None] = OrderedDict()  # in order of opening
-        # Per object, one event per event loop: a World may be used by one loop after another.
-        self._events: dict[tuple[str, str], dict[object, anyio.Event]] = {}
+        # Per object, one wake-up per event loop: a World may be used by one loop after
+        # another. Only while a waiter holds it: a process that waited on many objects once
+        # (a client waiting for the replies of many sessions) keeps none of them.
+        self._events: dict[tuple[str, str], dict[object, _Wake]] = {}
         self._pollers: dict[tuple[str, str], dict[object, anyio.Lock]] = {}
 
     def file(self, cls: type[F], ident: str) -> F:
@@ -148,8 +154,10 @@ class Space:
         """The identifier kept in the header of the file at ``path``; None if it is gone."""
         key = (cls.kind, path.name)
         with self._files_mutex:
-            if key in self._names:
-                return self._names[key]
+            found = self._names.get(key)
+            if found is not None:
+                self._names.move_to_end(key)
+                return found
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -163,6 +171,8 @@ class Space:
         ident: str = header[1]["id"]
         with self._files_mutex:
             self._names[key] = ident  # the name is a hash of the id: this never changes
+            while len(self._names) > CACHED_NAMES:
+                self._names.popitem(last=False)
         return ident
 
     def forget(self) -> None:
@@ -218,10 +228,27 @@ class Space:
     # Wake-ups: writers of this process set an Event per object; other processes are noticed
     # by polling with backoff (POLL_MIN doubling to POLL_MAX).
 
-    def event(self, kind: str, ident: str) -> anyio.Event:
-        """The event the next change of (kind, ident) in this process sets. Take it *before*
-        looking at the state, so a change between the look and the wait is not missed."""
-        return _of_this_loop(self._events.setdefault((kind, ident), {}), anyio.Event)
+    @contextmanager
+    def wake_up(self, kind: str, ident: str) -> Iterator[anyio.Event]:
+        """The event the next change of (kind, ident) in this process sets, held for the
+        block. Take it *before* looking at the state, so a change between the look and the
+        wait is not missed. Forgotten when the last block holding it ends unset."""
+        key = (kind, ident)
+        loop = anyio.lowlevel.current_token()
+        by_loop = self._events.setdefault(key, {})
+        wake = by_loop.get(loop)
+        if wake is None:
+            wake = by_loop[loop] = _Wake()
+        wake.holders += 1
+        try:
+            yield wake.event
+        finally:
+            wake.holders -= 1
+            held = self._events.get(key)
+            if not wake.holders and held is not None and held.get(loop) is wake:
+                del held[loop]
+                if not held:
+                    del self._events[key]
 
     def poller(self, kind: str, ident: str) -> anyio.Lock:
         """The lock that the one waiter of this process polling (kind, ident) holds; give it
@@ -237,8 +264,18 @@ class Space:
                 self._pollers.pop((kind, ident), None)
 
     def changed(self, kind: str, ident: str) -> None:
-        for event in self._events.pop((kind, ident), {}).values():
-            event.set()  # an event of a finished loop has no waiter left: setting it is harmless
+        for wake in self._events.pop((kind, ident), {}).values():
+            wake.event.set()  # an event of a finished loop has no waiter left: harmless
+
+
+class _Wake:
+    """One object's wake-up event in one event loop, and how many waiters hold it."""
+
+    __slots__ = ("event", "holders")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.holders = 0
 
 
 T = TypeVar("T")

@@ -125,17 +125,17 @@ class LocalStream(Stream):
             start = max(0, info.next_index + start)
         delay = POLL_MIN
         while True:
-            changed = self._space.event(StreamFile.kind, stream_id)
-            found, ended = await self._space.run(partial(file.fetch, start, MAX_PAYLOAD_BYTES))
-            for chunk in found:
-                yield chunk
-                start = chunk.index + 1
-            if ended:
-                return
-            if found:
-                delay = POLL_MIN
-                continue
-            await pause(changed, delay)
+            with self._space.wake_up(StreamFile.kind, stream_id) as changed:
+                found, ended = await self._space.run(partial(file.fetch, start, MAX_PAYLOAD_BYTES))
+                for chunk in found:
+                    yield chunk
+                    start = chunk.index + 1
+                if ended:
+                    return
+                if found:
+                    delay = POLL_MIN
+                    continue
+                await pause(changed, delay)
             delay = min(delay * 2, POLL_MAX)
 
     async def delete(self, stream_id: str) -> None:

@@ -9,24 +9,32 @@ What a session owns, all found from its id (nothing is kept to be found that way
   its own, so deleting them takes nothing another session reads; blobs written before
   sessions owned theirs are shared and kept);
 * the logs other layers keep per session under ``<kind>/<digest>/`` for each kind in
-  :data:`SESSION_LOG_KINDS` (the documents' head logs, ``dochead/<digest>/<name>``).
+  :data:`SESSION_LOG_KINDS` (the documents' head logs, ``dochead/<digest>/<name>``);
+* the child sessions its turns started (``Journal.start_child``: sub-agent runs, sessions
+  no one else names), found from the outcomes of those steps, and theirs in turn.
 
 ``<digest>`` is the first 32 hex digits of the sha-256 of the session id. Queue messages
 are not the session's: a finished turn's message was acked, and the dead letters of its
-turns stay for an operator (requeuing one after the deletion records its failure, "no
-input", in a new session of that id). Child sessions a turn started are sessions of their
-own.
+turns stay for an operator (they hold the session and turn ids only, no content; the queue
+has no way to delete one; requeuing one after the deletion records its failure, "no input",
+in a new session of that id). A child whose start was cut short by a crash before its step
+was recorded, in a turn that was then deleted with ``force`` instead of run again, is not
+found: it is left as a session of its own.
 
-Order, so a crash half-way is finished by calling again: the streams first (their turn ids
-are read from the logs), then the blobs (the index goes after them), then the other logs,
-the first log last: until it is gone the session is still listed, so an operator sees the
-deletion is not finished, and calling again deletes what is left. Every delete is a no-op on
-what is gone, so calling again is always safe.
+Order, so a crash half-way is finished by calling again: nothing is deleted before every
+session of the tree was checked for unfinished turns; the children first (the parent's logs
+say which they are), then the streams (their turn ids are read from the logs), then the
+blobs (the index goes after them), then the other logs, the first log last: until it is gone
+the session is still listed, so an operator sees the deletion is not finished, and calling
+again deletes what is left. Every delete is a no-op on what is gone, so calling again is
+always safe.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import dataclass
 
 from world_core.errors import TurnNotReadyError
 from world_core.journal._blobs import session_blobs
@@ -55,10 +63,12 @@ def session_digest(session_id: str) -> str:
 
 
 async def delete_session(world: World, session_id: str, *, force: bool = False) -> None:
-    """Delete the session and everything it owns (see the module); a session that does not
-    exist (or is already deleted) is a no-op.
+    """Delete the session and everything it owns (see the module), the child sessions its
+    turns started included; a session that does not exist (or is already deleted) is a no-op.
+    The dead letters of its turns are kept (they hold no content).
 
-    A session with a turn not finished (queued, running or waiting) is refused: its worker
+    A session (or child session) with a turn not finished (queued, running or waiting) is
+    refused, before anything is deleted: its worker
     would write again after the deletion and bring part of it back. ``force`` deletes it
     anyway (an abandoned turn); a worker still running one of its turns may then recreate
     its log. Writers that start during the deletion (a submit, an app's document edit) are
@@ -71,33 +81,75 @@ async def delete_session(world: World, session_id: str, *, force: bool = False) 
             it (``Client.wait``), or pass ``force=True``.
         InvalidIdentifierError: a bad session id.
     """
+    tree: list[_Owned] = []
+    await _gather(world, session_id, force, tree, {session_id}, session_id)
+    for owned in reversed(tree):  # children before their parent
+        for turn in sorted(owned.turns):
+            await world.stream.delete(turn_events_stream(owned.session_id, turn))
+        await session_blobs(world, owned.session_id).delete_all()
+        for log_id in owned.logs:  # in any order: a chain cut short ends at an empty log
+            await world.log.delete(log_id)
+        await world.log.delete(session_log_id(owned.session_id))
+        _chains.get(world, {}).pop(owned.session_id, None)
+
+
+@dataclass
+class _Owned:
+    """What one session of the tree owns beside its first log."""
+
+    session_id: str
+    logs: list[str]
+    turns: set[str]
+
+
+async def _gather(
+    world: World, session_id: str, force: bool, tree: list[_Owned], seen: set[str], top: str
+) -> None:
+    """Append what ``session_id`` owns to ``tree``, then (after it) its children's; refuse a
+    session of the tree (of ``top``) with an unfinished turn unless ``force``."""
     root = session_log_id(session_id)
-    digest = session_digest(session_id)
     chain = await session_chain(world, session_id)
     if not force:
         view, _ = await read_session(world, chain[-1])
         open_turn = view.earliest_unfinished()
         if open_turn is not None:
+            whose = "" if session_id == top else f" (a child session of {top!r})"
             raise TurnNotReadyError(
-                f"turn {open_turn!r} of session {session_id!r} is not finished: wait for it "
-                "(Client.wait) and delete the session then, or pass force=True to delete it "
-                "under a worker that may write again",
+                f"turn {open_turn!r} of session {session_id!r}{whose} is not finished: wait "
+                "for it (Client.wait) and delete the session then, or pass force=True to "
+                "delete it under a worker that may write again",
                 waiting_for=open_turn,
             )
-    owned = [log_id for kind in SESSION_LOG_KINDS for log_id in await _logs(world, kind, digest)]
-    turns: set[str] = set()
-    for log_id in [root, *(log_id for log_id in owned if log_id.startswith("sessiongen/"))]:
+    digest = session_digest(session_id)
+    owned = _Owned(
+        session_id,
+        [log_id for kind in SESSION_LOG_KINDS for log_id in await _logs(world, kind, digest)],
+        set(),
+    )
+    children: list[str] = []
+    for log_id in [root, *(log_id for log_id in owned.logs if log_id.startswith("sessiongen/"))]:
         for event in await world.log.read(log_id):
             key = event.key or ""
             if key.startswith("turn/") and key.endswith("/input"):
-                turns.add(key[len("turn/") : -len("/input")])
-    for turn in sorted(turns):
-        await world.stream.delete(turn_events_stream(session_id, turn))
-    await session_blobs(world, session_id).delete_all()
-    for log_id in owned:  # in any order: a chain cut short ends at an empty log
-        await world.log.delete(log_id)
-    await world.log.delete(root)
-    _chains.get(world, {}).pop(session_id, None)
+                owned.turns.add(key[len("turn/") : -len("/input")])
+            elif key.startswith("turn/") and key.endswith("/outcome"):
+                child = _spawned(event.data)
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    children.append(child)
+    tree.append(owned)
+    for child in children:
+        await _gather(world, child, force, tree, seen, top)
+
+
+def _spawned(data: bytes) -> str | None:
+    """The child session a step's outcome says it started (``Journal.start_child``)."""
+    body = json.loads(data)
+    if body.get("kind") != "spawn":
+        return None
+    result = body.get("result")
+    child = result.get("output") if isinstance(result, dict) else None
+    return child if isinstance(child, str) else None
 
 
 async def _logs(world: World, kind: str, digest: str) -> list[str]:
