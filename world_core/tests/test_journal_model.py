@@ -373,6 +373,19 @@ async def test_500_forever_gives_up_when_the_budget_is_spent(
     assert len(retry_records(warnings_logged)) == len(server.requests) - 1
 
 
+async def test_no_retry_is_sent_with_a_sliver_of_the_budget(
+    server: ChatServer, models: ModelFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first wait is 0.95 s of a 1 s budget: a retry after it would get a few hundredths of
+    # a second and end in a timeout that hides the 500. The call gives up at once instead.
+    monkeypatch.setattr(random, "uniform", lambda low, high: low)
+    server.forever = Canned(500, OVERLOADED)
+    with pytest.raises(BackendUnavailableError, match="too little of retry_budget") as caught:
+        await models(retry_budget=1.0, retry_backoff=1.9).complete(REQUEST)
+    assert attempts_in(caught.value) == len(server.requests) == 1
+    assert "last: 500" in str(caught.value)
+
+
 async def test_max_retries_bounds_the_attempts(server: ChatServer, models: ModelFactory) -> None:
     server.forever = Canned(502, b"bad gateway")
     with pytest.raises(BackendUnavailableError, match="max_retries=2") as caught:

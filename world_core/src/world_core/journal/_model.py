@@ -216,9 +216,12 @@ class OpenAIChatModel:
     date; ``retry-after-ms`` first when sent) or, when it does not say, after an exponential
     backoff with jitter (``retry_backoff`` doubled per retry, at most 30 s, each wait drawn
     between half and all of that). ``retry_budget`` is counted from the start of the call: a
-    wait that would end past it is not started (the call gives up at once, so a Retry-After
-    longer than what is left fails immediately), and a retried request gets at most the time
-    left. A request that timed out may still have been processed (and billed) by the server.
+    wait that would leave less than a tenth of the budget (or of ``timeout``, when shorter) for
+    the request after it is not started (the call gives up at once with the last failure, so a
+    Retry-After longer than what is left fails immediately, and no retry is sent with a sliver
+    of time that would only end in a timeout hiding the real failure), and a retried request
+    gets at most the time left. A request that timed out may still have been processed (and
+    billed) by the server.
 
     A 2xx answer is never retried, even when it cannot be used (``ModelReplyError``): it was
     paid for, and the journal records that outcome instead of paying again.
@@ -582,12 +585,14 @@ class OpenAIChatModel:
         """The wait before the next attempt and why, or None and why there is none."""
         if attempts > self._max_retries:
             return None, f"max_retries={self._max_retries} are used up"
-        left = deadline - anyio.current_time()
+        # What a retry needs after its wait: less would end in a timeout that says nothing.
+        left = deadline - anyio.current_time() - min(self._timeout, self._retry_budget / 10)
         if failure.retry_after is not None:
             if failure.retry_after >= left:
                 return None, (
                     f"the server asks to wait {failure.retry_after:g} s (Retry-After) and only "
-                    f"{max(left, 0.0):.2f} s of retry_budget={self._retry_budget:g} s are left"
+                    f"{max(left, 0.0):.2f} s of retry_budget={self._retry_budget:g} s are left "
+                    "for a wait and a request after it"
                 )
             return failure.retry_after, "as Retry-After asks"
         # Equal jitter: at least half the step keeps the backoff, the random half spreads out
@@ -596,7 +601,8 @@ class OpenAIChatModel:
         wait = step / 2 + random.uniform(0.0, step / 2)
         if wait >= left:
             return None, (
-                f"the next wait ({wait:.2f} s) would end past retry_budget={self._retry_budget:g} s"
+                f"the next wait ({wait:.2f} s) would leave too little of "
+                f"retry_budget={self._retry_budget:g} s for a request after it"
             )
         return wait, "backoff"
 
