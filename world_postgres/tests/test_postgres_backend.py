@@ -284,6 +284,17 @@ async def test_delete_racing_appends_leaves_no_hole(pg_world: PostgresWorld, pg_
         await other.aclose()
 
 
+async def _until_waiting(conn: asyncpg.Connection, pid: int) -> None:
+    """Return once the session ``pid`` waits for a lock (asked on ``conn``)."""
+    with anyio.fail_after(WAIT):
+        for _ in itertools.count():
+            if await conn.fetchval(
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)", pid
+            ):
+                return
+            await anyio.sleep(0.01)
+
+
 async def test_delete_waits_for_a_single_event_append_in_flight(
     pg_world: PostgresWorld, pg_url: str
 ) -> None:
@@ -319,14 +330,7 @@ async def test_delete_waits_for_a_single_event_append_in_flight(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(delete)
-            with anyio.fail_after(WAIT):  # until the delete waits for a lock
-                for _ in itertools.count():
-                    if await holder.fetchval(
-                        "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)",
-                        deleter_pid,
-                    ):
-                        break
-                    await anyio.sleep(0.01)
+            await _until_waiting(holder, deleter_pid)
             assert not deleted.is_set()
             await transaction.commit()
         assert await pg_world.log.read("d") == []
@@ -363,14 +367,7 @@ async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(append)
-            with anyio.fail_after(WAIT):  # until the append waits for the delete's lock
-                for _ in itertools.count():
-                    if await deleter.fetchval(
-                        "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)",
-                        appender_pid,
-                    ):
-                        break
-                    await anyio.sleep(0.01)
+            await _until_waiting(deleter, appender_pid)
             await transaction.commit()
         assert rows == []
         assert await log.read("d") == []
