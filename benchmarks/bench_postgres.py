@@ -115,7 +115,7 @@ async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str,
             " data bytea NOT NULL, PRIMARY KEY (log_id, seq))"
         )
         insert = f"INSERT INTO {schema}.events (log_id, seq, data) VALUES ($1, $2, $3)"
-        await world.log.append("bench-raw", [NewEvent(data=data)])  # the log's row
+        await world.log.append("bench-raw", [NewEvent(data=data)])  # a tail for the statement
         # Each pair runs in a random order, so that neither call always follows the other (what
         # precedes a commit changes its time on a server other sessions also write to).
         rng = random.Random(17)
@@ -129,7 +129,7 @@ async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str,
         async def statement_one() -> None:
             args = ("bench-raw", data, None, os.urandom(16).hex(), None, wake_key, wake_tag)
             rows = await raw.fetch(log._append_one, *args)
-            assert rows, "the single-event INSERT found no log row"
+            assert rows, "the single-event INSERT found no tail event"
 
         # The first 100 of each phase warm up: connections, prepared statements, plans.
         for seq in range(1, 101 + rounds):

@@ -284,12 +284,23 @@ async def test_delete_racing_appends_leaves_no_hole(pg_world: PostgresWorld, pg_
         await other.aclose()
 
 
+async def _until_waiting(conn: asyncpg.Connection, pid: int) -> None:
+    """Return once the session ``pid`` waits for a lock (asked on ``conn``)."""
+    with anyio.fail_after(WAIT):
+        for _ in itertools.count():
+            if await conn.fetchval(
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)", pid
+            ):
+                return
+            await anyio.sleep(0.01)
+
+
 async def test_delete_waits_for_a_single_event_append_in_flight(
     pg_world: PostgresWorld, pg_url: str
 ) -> None:
-    """A single-event append is one INSERT that locks the log's row, not the advisory lock
-    delete_log takes: a delete that starts while one is uncommitted waits for its commit, then
-    removes its event too, so the log never resumes past a hole."""
+    """A single-event append is one INSERT that locks the log's tail event, not the advisory
+    lock delete_log takes: a delete that starts while one is uncommitted waits for its commit,
+    then removes its event too, so the log never resumes past a hole."""
     log = pg_world.log
     assert isinstance(log, PostgresLog)
     assert await log.append("d", [NewEvent(data=b"1")]) == 1
@@ -319,14 +330,7 @@ async def test_delete_waits_for_a_single_event_append_in_flight(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(delete)
-            with anyio.fail_after(WAIT):  # until the delete waits for a lock
-                for _ in itertools.count():
-                    if await holder.fetchval(
-                        "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)",
-                        deleter_pid,
-                    ):
-                        break
-                    await anyio.sleep(0.01)
+            await _until_waiting(holder, deleter_pid)
             assert not deleted.is_set()
             await transaction.commit()
         assert await pg_world.log.read("d") == []
@@ -335,6 +339,43 @@ async def test_delete_waits_for_a_single_event_append_in_flight(
     finally:
         await holder.close()
         await deleter.close()
+
+
+async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """A single-event append whose snapshot still shows the events an uncommitted delete
+    removed waits for the delete's commit, then finds no tail to lock and writes nothing (the
+    append() function then starts the log again at 1), instead of resuming past the delete."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    for n in range(3):
+        await log.append("d", [NewEvent(data=str(n).encode())])
+    log_tag = tag("l", "d")
+    deleter = await asyncpg.connect(pg_url)
+    appender = await asyncpg.connect(pg_url)
+    try:
+        appender_pid = await appender.fetchval("SELECT pg_backend_pid()")
+        transaction = deleter.transaction()
+        await transaction.start()
+        await deleter.execute(log._delete, "d")
+        rows: list[Any] = []
+
+        async def append() -> None:
+            args = ("d", b"late", None, uuid.uuid4(), None, tag_key(log_tag), log_tag)
+            rows.extend(await appender.fetch(log._append_one, *args))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(append)
+            await _until_waiting(deleter, appender_pid)
+            await transaction.commit()
+        assert rows == []
+        assert await log.read("d") == []
+        assert await log.append("d", [NewEvent(data=b"again")]) == 1
+        assert [e.data for e in await log.read("d")] == [b"again"]
+    finally:
+        await deleter.close()
+        await appender.close()
 
 
 async def test_racing_keys_give_duplicate_key_error(pg_world: PostgresWorld, pg_url: str) -> None:

@@ -41,22 +41,25 @@ _MAX_SEQ_RACES = 10_000
 # One event appended to an existing log without a status or outbox messages, the common case,
 # in one statement instead of a call of append() (whose statements cost about as much as the
 # INSERT itself). It keeps append()'s guarantees: seq is the tail plus one, settled by
-# events_pkey; the KEY SHARE lock on the log's row orders it against delete_log (schema
-# version 2: the row is deleted first), since an advisory lock taken inside the statement
-# would come after its snapshot; wake() is inline, its writer lock taken before the check for
-# waiters (the FROM item comes before RETURNING); batch lets a retry find the event. No row
-# comes back when the log has no row (its first append, or deleted meanwhile) or expect_tail
-# ($5) differs: then append() decides, with nothing written.
+# events_pkey; the KEY SHARE lock on the tail event orders it against delete_log (schema
+# version 3), since an advisory lock taken inside the statement would come after its snapshot:
+# a delete that reaches the locked event waits for this append's commit and deletes again
+# until a pass finds nothing, and an append whose tail event a delete removed meanwhile skips
+# it (and every other event of the log, removed as well) and finds no row; wake() is inline,
+# its writer lock taken before the check for waiters (the FROM item comes before RETURNING);
+# batch lets a retry find the event. No row comes back when the log has no event (its first
+# append, or deleted meanwhile) or expect_tail ($5) differs: then append() decides, with
+# nothing written. The tail event, found by the probe that finds the tail, is locked instead
+# of the log's row (schema version 2), which took one more index lookup per append.
 _APPEND_ONE = """
     INSERT INTO @s@.events (log_id, seq, key, data, batch)
-    SELECT $1, g.t + 1, $3::text, $2::bytea, $4::uuid
+    SELECT $1, g.seq + 1, $3::text, $2::bytea, $4::uuid
     FROM (
-        SELECT coalesce((SELECT e.seq FROM @s@.events e WHERE e.log_id = $1
-                         ORDER BY e.seq DESC LIMIT 1), 0) AS t,
-               pg_advisory_xact_lock_shared(@kw@, $6::integer) AS writer
-        FROM @s@.logs x WHERE x.log_id = $1 FOR KEY SHARE OF x OFFSET 0
+        SELECT e.seq, pg_advisory_xact_lock_shared(@kw@, $6::integer) AS writer
+        FROM @s@.events e WHERE e.log_id = $1
+        ORDER BY e.seq DESC LIMIT 1 FOR KEY SHARE OF e
     ) AS g
-    WHERE $5::bigint IS NULL OR $5 = g.t
+    WHERE $5::bigint IS NULL OR $5 = g.seq
     RETURNING seq, CASE
         WHEN pg_try_advisory_lock(@kr@, $6) THEN pg_advisory_unlock(@kr@, $6)
         ELSE pg_notify(@channel@, $7::text) IS NOT NULL

@@ -289,4 +289,31 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             """,
         ],
     ),
+    (
+        "delete_log deletes events until none is left, for appends that lock the tail event",
+        [
+            # A single-event append (``_APPEND_ONE`` in _log.py) now holds a KEY SHARE lock on
+            # the log's tail event instead of its logs row, saving the row's lookup. A delete
+            # that reaches a locked event waits for that append's commit, but its statement's
+            # snapshot predates the appended event: the next statement, with a fresh snapshot,
+            # deletes it, and so on until one deletes nothing. An append that locks an event
+            # after the delete removed it waits for the delete's commit, then skips every
+            # removed event and finds no tail (it then goes through append(), which waits for
+            # the advisory lock). The logs row is still deleted first, so that an append of
+            # version 2, which locks it, is waited for too.
+            """
+            CREATE OR REPLACE FUNCTION @s@.delete_log(p_log text) RETURNS void
+            LANGUAGE plpgsql AS $fn$
+            BEGIN
+                PERFORM pg_advisory_xact_lock(hashtext(@s_literal@), hashtext(p_log));
+                DELETE FROM @s@.logs WHERE log_id = p_log;
+                LOOP
+                    DELETE FROM @s@.events WHERE log_id = p_log;
+                    EXIT WHEN NOT FOUND;
+                END LOOP;
+            END
+            $fn$
+            """,
+        ],
+    ),
 ]
