@@ -1,5 +1,5 @@
 # Everyday commands. `make test` is the README's test command and what CI runs.
-.PHONY: sync lint format typecheck test demo bench bench-quick chaos
+.PHONY: sync lint format typecheck test demo bench bench-targets bench-quick chaos
 
 sync:
 	uv sync
@@ -27,9 +27,17 @@ test: sync
 demo: sync
 	uv run world demo
 
+# Every benchmark script with its defaults (bench_targets.py, which runs the others' measures
+# again, is left to bench-targets).
 bench:
 	uv sync --group bench
-	.ci/with-servers sh -c 'for b in benchmarks/bench_*.py; do uv run --group bench python "$$b" || exit 1; done'
+	.ci/with-servers sh -c 'for b in benchmarks/bench_*.py; do [ "$$b" = benchmarks/bench_targets.py ] || uv run --group bench python "$$b" || exit 1; done'
+
+# Issue 17's target rows, each with its floor or peer, in one run and one table (about half
+# an hour; BENCH_TARGETS_ARGS=--quick for a smoke run, --skip-scale without the scale run).
+bench-targets:
+	uv sync --group bench
+	.ci/with-servers uv run --group bench python benchmarks/bench_targets.py $(BENCH_TARGETS_ARGS)
 
 # Every benchmark once with --quick: checks each still runs and ends with its JSON (CI runs it).
 bench-quick:

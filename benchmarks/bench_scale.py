@@ -557,6 +557,18 @@ def _save(path: str | None, args: argparse.Namespace, rows: list[dict[str, Any]]
         Path(path).write_text(text + "\n")
 
 
+def server_url_options(parser: argparse.ArgumentParser) -> None:
+    """``--postgres-url``, ``--redis-url`` and ``--mongo-url``, from the environment
+    ``.ci/with-servers`` sets (WORLD_TEST_*_URL), else the local servers (mongo: none)."""
+    parser.add_argument("--postgres-url", default=os.environ.get("WORLD_TEST_POSTGRES_URL", PG_URL))
+    parser.add_argument("--redis-url", default=os.environ.get("WORLD_TEST_REDIS_URL", REDIS_URL))
+    parser.add_argument(
+        "--mongo-url",
+        default=os.environ.get("WORLD_TEST_MONGO_URL"),
+        help="mongo's URL (default WORLD_TEST_MONGO_URL, set by .ci/with-servers)",
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world", default="local,postgres,redis,turso", help="a list of worlds")
@@ -573,13 +585,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: small and short")
     parser.add_argument("--json", action="store_true", help="print JSON after the table")
     parser.add_argument("--out", help="a JSON file rewritten with every row as it finishes")
-    parser.add_argument("--postgres-url", default=os.environ.get("WORLD_TEST_POSTGRES_URL", PG_URL))
-    parser.add_argument("--redis-url", default=os.environ.get("WORLD_TEST_REDIS_URL", REDIS_URL))
-    parser.add_argument(
-        "--mongo-url",
-        default=os.environ.get("WORLD_TEST_MONGO_URL"),
-        help="mongo's URL (default WORLD_TEST_MONGO_URL, set by .ci/with-servers)",
-    )
+    server_url_options(parser)
     parser.add_argument("--worker-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--probe-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()

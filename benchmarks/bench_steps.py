@@ -410,7 +410,9 @@ def _mongo_label(url: str) -> str:
 
 def _ratios(rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """never / floor per store; each of our steps against each peer on the same store (a
-    peer is any row whose system is not ``world``; embedded stores meet DBOS's SQLite)."""
+    peer is any row whose system is not ``world``; embedded stores meet DBOS's SQLite). Each
+    ratio carries its two sides: ``ours`` and ``theirs`` (the floor or the peer) in ``unit``
+    (``us`` for a never step and its floor, ``ms`` per step against a peer)."""
     ratios: list[dict[str, Any]] = []
     for store, floor in floors.items():
         value = floor["never_over_floor"]
@@ -419,6 +421,9 @@ def _ratios(rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]]) -> li
                 "store": store,
                 "what": "never / floor",
                 "ratio": value,
+                "ours": floor["never_us"],
+                "theirs": floor["floor_pair_us"],
+                "unit": "us",
                 "target": TARGET_NEVER_FLOOR,
                 "met": value <= TARGET_NEVER_FLOOR,
             }
@@ -444,6 +449,9 @@ def _ratios(rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]]) -> li
                     "peer": peer["system"],
                     "step": ours_row["step"],
                     "ratio": round(value, 3),
+                    "ours": ours_row["per_step_ms"][100],
+                    "theirs": peer_ms,
+                    "unit": "ms",
                     "target": target,
                     "met": value <= target if target != 1.0 else value < 1.0,
                 }
