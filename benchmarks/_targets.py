@@ -50,13 +50,15 @@ def steps_rows(result: dict[str, Any]) -> list[Row]:
     """From ``bench_steps.py --json``: each ratio it judged (never / floor, each step of ours
     against DBOS and Absurd), with both sides."""
     load = float(result["load"][0])
-    names = {"dbos": "DBOS", "absurd": "Absurd"}
+    names = {"dbos": "DBOS", "absurd": "Absurd", "sqlite": "SQLite"}
     rows: list[Row] = []
     for item in result["ratios"]:
         unit, target = item["unit"], float(item["target"])
         if "peer" in item:
             peer = names.get(item["peer"], item["peer"])
             what = f"`{item['step']}` step overhead vs {peer} (per step, N=100)"
+            if item["peer_store"] != item["store"]:  # DBOS on SQLite, for our embedded stores
+                peer += f" on {names.get(item['peer_store'], item['peer_store'])}"
             reference = f"{item['theirs']:.3f} {unit} {peer}"
             bound = f"<= {target}x" if target != 1.0 else "< 1x (ahead)"
         else:

@@ -411,8 +411,9 @@ def _mongo_label(url: str) -> str:
 def _ratios(rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """never / floor per store; each of our steps against each peer on the same store (a
     peer is any row whose system is not ``world``; embedded stores meet DBOS's SQLite). Each
-    ratio carries its two sides: ``ours`` and ``theirs`` (the floor or the peer) in ``unit``
-    (``us`` for a never step and its floor, ``ms`` per step against a peer)."""
+    ratio carries its two sides: ``ours`` and ``theirs`` (the floor or the peer, on
+    ``peer_store``) in ``unit`` (``us`` for a never step and its floor, ``ms`` per step
+    against a peer)."""
     ratios: list[dict[str, Any]] = []
     for store, floor in floors.items():
         value = floor["never_over_floor"]
@@ -447,6 +448,7 @@ def _ratios(rows: list[dict[str, Any]], floors: dict[str, dict[str, Any]]) -> li
                     "store": store,
                     "what": f"{ours_row['step']} / {peer['system']}",
                     "peer": peer["system"],
+                    "peer_store": peer["store"],
                     "step": ours_row["step"],
                     "ratio": round(value, 3),
                     "ours": ours_row["per_step_ms"][100],

@@ -24,6 +24,8 @@ def test_steps_rows_carry_both_sides_of_each_ratio_bench_steps_judged() -> None:
         _step("postgres", "world", "never", 1.2),
         _step("postgres", "dbos", "step", 4.0),
         _step("postgres", "absurd", "step", 1.0),
+        _step("turso", "world", "safe", 0.2),
+        _step("sqlite", "dbos", "step", 2.0),
     ]
     result = {"load": [2.5, 1.0, 0.5], "ratios": _ratios(rows, floors)}
     got = {
@@ -40,6 +42,7 @@ def test_steps_rows_carry_both_sides_of_each_ratio_bench_steps_judged() -> None:
         0.025,
     )
     assert (safe_dbos.bound, safe_dbos.met) == ("<= 0.05x", True)
+    assert got[("`safe`", "turso", "SQLite")].reference == "2.000 ms DBOS on SQLite"
     never_absurd = got[("`never`", "postgres", "Absurd")]
     assert (never_absurd.bound, never_absurd.met) == ("< 1x (ahead)", False)  # 1.2x
     assert {r.load for r in got.values()} == {2.5}
