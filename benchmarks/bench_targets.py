@@ -48,6 +48,7 @@ from typing import Any
 
 import anyio
 from _targets import (
+    MONGOECO,
     Row,
     first_limits,
     memory_rows,
@@ -236,7 +237,8 @@ def main() -> int:
             print(f"  {backend:<9} {limit}")
     print("\nwhat remains between a never step and its floor, medians (us):")
     print("\n".join(remains(steps)) or "  (no steps stage)")
-    print("mongoeco: the figures of mongoeco's wire server, not of MongoDB")
+    if any(row.backend == MONGOECO for row in rows):
+        print("mongoeco: the figures of mongoeco's wire server, not of MongoDB")
     for why in failed:
         print(f"FAILED {why}")
     seconds = round(time.monotonic() - started, 1)
