@@ -378,6 +378,26 @@ async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
         await appender.close()
 
 
+async def test_a_duplicate_key_whose_event_a_delete_removed_meanwhile_is_appended(
+    pg_world: PostgresWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append refused by events_key whose conflicting event a delete_log removed before
+    the lookup of that event (a delete racing the append) tries again: the log was deleted,
+    so the append starts it again at 1, instead of failing as "a bug in world-postgres"."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    await log.append("d", [NewEvent(data=b"first", key="k")])
+    real = PostgresLog._first_existing
+
+    async def deleted_meanwhile(self: PostgresLog, *args: Any) -> Any:
+        await pg_world.log.delete("d")
+        return await real(self, *args)
+
+    monkeypatch.setattr(PostgresLog, "_first_existing", deleted_meanwhile)
+    assert await log.append("d", [NewEvent(data=b"again", key="k")]) == 1
+    assert [(e.seq, e.key, e.data) for e in await log.read("d")] == [(1, "k", b"again")]
+
+
 async def test_racing_keys_give_duplicate_key_error(pg_world: PostgresWorld, pg_url: str) -> None:
     others = [await connect(url=pg_url, namespace=pg_world.namespace) for _ in range(3)]
     outcomes: list[str] = []

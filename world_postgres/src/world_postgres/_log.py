@@ -147,6 +147,7 @@ class PostgresLog(Log):
                         existing = await self._first_existing(conn, log_id, keys)
                         if existing is not None:
                             raise self._duplicate(log_id, existing) from exc
+                        continue  # a delete_log removed it meanwhile: the log starts again
                     raise
                 if row["o_tail"] is not None:
                     return int(row["o_tail"])
