@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import inspect
 import pickle
 from typing import Any
 
@@ -307,6 +308,13 @@ def test_new_event_built_without_pydantic_is_the_validated_model(fields: dict[st
     assert built.model_copy(update={"key": "other"}).key == "other"
     with pytest.raises(pydantic.ValidationError):
         built.data = b"y"  # type: ignore[misc]
+
+
+def test_new_event_signature_is_its_fields() -> None:
+    """The fast __init__'s sentinel defaults do not show: data is required, key is None."""
+    old = "(*, data: bytes, key: str | None = None) -> None"
+    assert str(inspect.signature(NewEvent)) == old
+    assert inspect.signature(NewEvent).parameters["data"].default is inspect.Parameter.empty
 
 
 LEASE = Lease(

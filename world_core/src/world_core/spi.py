@@ -54,6 +54,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import inspect
 import math
 import re
 from abc import ABC, abstractmethod
@@ -224,6 +225,19 @@ class NewEvent(_Input):
             return
         fields = {"data": data, "key": key} | extra
         super().__init__(**{name: value for name, value in fields.items() if value is not _UNSET})
+
+
+# The constructor's signature as pydantic gives it for the fields (data required, key None by
+# default), not the sentinel defaults of the fast __init__ above: help() and IDEs show it.
+NewEvent.__signature__ = inspect.Signature(
+    [
+        inspect.Parameter("data", inspect.Parameter.KEYWORD_ONLY, annotation=bytes),
+        inspect.Parameter(
+            "key", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str | None
+        ),
+    ],
+    return_annotation=None,
+)
 
 
 class Event(_Record):
