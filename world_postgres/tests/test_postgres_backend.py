@@ -9,7 +9,7 @@ import secrets
 import subprocess
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +295,24 @@ async def _until_waiting(conn: asyncpg.Connection, pid: int) -> None:
             await anyio.sleep(0.01)
 
 
+@contextlib.asynccontextmanager
+async def _in_transaction_and_other(
+    pg_url: str,
+) -> AsyncIterator[tuple[asyncpg.Connection, Any, asyncpg.Connection, int]]:
+    """A connection in a started transaction (and that transaction), and another connection
+    (and its backend pid, for :func:`_until_waiting`)."""
+    first = await asyncpg.connect(pg_url)
+    other = await asyncpg.connect(pg_url)
+    try:
+        other_pid = await other.fetchval("SELECT pg_backend_pid()")
+        transaction = first.transaction()
+        await transaction.start()
+        yield first, transaction, other, other_pid
+    finally:
+        await first.close()
+        await other.close()
+
+
 async def test_delete_waits_for_a_single_event_append_in_flight(
     pg_world: PostgresWorld, pg_url: str
 ) -> None:
@@ -305,12 +323,7 @@ async def test_delete_waits_for_a_single_event_append_in_flight(
     assert isinstance(log, PostgresLog)
     assert await log.append("d", [NewEvent(data=b"1")]) == 1
     log_tag = tag("l", "d")
-    holder = await asyncpg.connect(pg_url)
-    deleter = await asyncpg.connect(pg_url)
-    try:
-        deleter_pid = await deleter.fetchval("SELECT pg_backend_pid()")
-        transaction = holder.transaction()
-        await transaction.start()
+    async with _in_transaction_and_other(pg_url) as (holder, transaction, deleter, deleter_pid):
         rows = await holder.fetch(
             log._append_one,
             "d",
@@ -336,9 +349,6 @@ async def test_delete_waits_for_a_single_event_append_in_flight(
         assert await pg_world.log.read("d") == []
         assert await pg_world.log.info("d") is None
         assert await pg_world.log.append("d", [NewEvent(data=b"again")]) == 1
-    finally:
-        await holder.close()
-        await deleter.close()
 
 
 async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
@@ -352,12 +362,7 @@ async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
     for n in range(3):
         await log.append("d", [NewEvent(data=str(n).encode())])
     log_tag = tag("l", "d")
-    deleter = await asyncpg.connect(pg_url)
-    appender = await asyncpg.connect(pg_url)
-    try:
-        appender_pid = await appender.fetchval("SELECT pg_backend_pid()")
-        transaction = deleter.transaction()
-        await transaction.start()
+    async with _in_transaction_and_other(pg_url) as (deleter, transaction, appender, appender_pid):
         await deleter.execute(log._delete, "d")
         rows: list[Any] = []
 
@@ -373,9 +378,6 @@ async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
         assert await log.read("d") == []
         assert await log.append("d", [NewEvent(data=b"again")]) == 1
         assert [e.data for e in await log.read("d")] == [b"again"]
-    finally:
-        await deleter.close()
-        await appender.close()
 
 
 @pytest.mark.xfail(
@@ -397,12 +399,7 @@ async def test_a_delete_racing_an_append_of_a_taken_key_does_not_deadlock(
     await log.append("d", [NewEvent(data=b"1", key="k")])
     await log.append("d", [NewEvent(data=b"2")])
     log_tag = tag("l", "d")
-    holder = await asyncpg.connect(pg_url)
-    deleter = await asyncpg.connect(pg_url)
-    try:
-        deleter_pid = await deleter.fetchval("SELECT pg_backend_pid()")
-        transaction = holder.transaction()
-        await transaction.start()
+    async with _in_transaction_and_other(pg_url) as (holder, transaction, deleter, deleter_pid):
         args = (None, uuid.uuid4(), None, tag_key(log_tag), log_tag)
         assert [r[0] for r in await holder.fetch(log._append_one, "d", b"3", *args)] == [3]
         failed: list[BaseException] = []
@@ -421,9 +418,6 @@ async def test_a_delete_racing_an_append_of_a_taken_key_does_not_deadlock(
             await transaction.rollback()
         assert failed == []
         assert await log.read("d") == []
-    finally:
-        await holder.close()
-        await deleter.close()
 
 
 async def test_a_duplicate_key_whose_event_a_delete_removed_meanwhile_is_appended(
