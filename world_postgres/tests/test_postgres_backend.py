@@ -380,14 +380,6 @@ async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
         assert [e.data for e in await log.read("d")] == [b"again"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="schema 3's delete_log deletes a log's events in index order, so it can hold the "
-    "row of a key before it waits for the tail event a single-event append locked, while that "
-    "append's INSERT of the same key waits for the delete: a deadlock PostgreSQL breaks after "
-    "deadlock_timeout (1 s), one side retried as transient. Locking the events tail first "
-    "(ORDER BY seq DESC FOR UPDATE) would avoid it; a schema change, left to the lead",
-)
 async def test_a_delete_racing_an_append_of_a_taken_key_does_not_deadlock(
     pg_world: PostgresWorld, pg_url: str
 ) -> None:

@@ -300,7 +300,12 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             # after the delete removed it waits for the delete's commit, then skips every
             # removed event and finds no tail (it then goes through append(), which waits for
             # the advisory lock). The logs row is still deleted first, so that an append of
-            # version 2, which locks it, is waited for too.
+            # version 2, which locks it, is waited for too. Each pass locks the events from
+            # the tail down before deleting any: the event an append locked is the first one
+            # the delete waits for, so it holds no other event meanwhile, and an append of a
+            # key the log already holds is refused at once instead of waiting for the delete
+            # while the delete waits for it (a deadlock PostgreSQL would break only after
+            # deadlock_timeout).
             """
             CREATE OR REPLACE FUNCTION @s@.delete_log(p_log text) RETURNS void
             LANGUAGE plpgsql AS $fn$
@@ -308,7 +313,10 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                 PERFORM pg_advisory_xact_lock(hashtext(@s_literal@), hashtext(p_log));
                 DELETE FROM @s@.logs WHERE log_id = p_log;
                 LOOP
-                    DELETE FROM @s@.events WHERE log_id = p_log;
+                    DELETE FROM @s@.events WHERE (log_id, seq) IN (
+                        SELECT e.log_id, e.seq FROM @s@.events e WHERE e.log_id = p_log
+                        ORDER BY e.seq DESC FOR UPDATE OF e
+                    );
                     EXIT WHEN NOT FOUND;
                 END LOOP;
             END
