@@ -81,8 +81,17 @@ async def delete_session(world: World, session_id: str, *, force: bool = False) 
             it (``Client.wait``), or pass ``force=True``.
         InvalidIdentifierError: a bad session id.
     """
+    # Each session after its parent (a stack, not recursion: sub-agents may nest deeply).
     tree: list[_Owned] = []
-    await _gather(world, session_id, force, tree, {session_id}, session_id)
+    seen = {session_id}
+    pending = [session_id]
+    while pending:
+        owned, children = await _gather(world, pending.pop(), force, session_id)
+        tree.append(owned)
+        for child in children:
+            if child not in seen:
+                seen.add(child)
+                pending.append(child)
     for owned in reversed(tree):  # children before their parent
         for turn in sorted(owned.turns):
             await world.stream.delete(turn_events_stream(owned.session_id, turn))
@@ -102,11 +111,9 @@ class _Owned:
     turns: set[str]
 
 
-async def _gather(
-    world: World, session_id: str, force: bool, tree: list[_Owned], seen: set[str], top: str
-) -> None:
-    """Append what ``session_id`` owns to ``tree``, then (after it) its children's; refuse a
-    session of the tree (of ``top``) with an unfinished turn unless ``force``."""
+async def _gather(world: World, session_id: str, force: bool, top: str) -> tuple[_Owned, list[str]]:
+    """What ``session_id`` owns, and the child sessions its turns started; refuse a session
+    of the tree (of ``top``) with an unfinished turn unless ``force``."""
     root = session_log_id(session_id)
     chain = await session_chain(world, session_id)
     if not force:
@@ -134,12 +141,9 @@ async def _gather(
                 owned.turns.add(key[len("turn/") : -len("/input")])
             elif key.startswith("turn/") and key.endswith("/outcome"):
                 child = _spawned(event.data)
-                if child is not None and child not in seen:
-                    seen.add(child)
+                if child is not None:
                     children.append(child)
-    tree.append(owned)
-    for child in children:
-        await _gather(world, child, force, tree, seen, top)
+    return owned, children
 
 
 def _spawned(data: bytes) -> str | None:
