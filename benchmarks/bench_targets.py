@@ -224,6 +224,8 @@ def main() -> int:
         rows += scale_rows(scale) if scale else []
 
     mode = "--quick: a smoke run, not figures" if args.quick else "full"
+    if args.skip_scale:
+        mode += ", no scale run (--skip-scale)"
     print(
         f"\nissue 17's targets, one run ({mode}), {os.cpu_count()} cores;"
         " load = the 1-minute load average when the row was measured"
