@@ -234,17 +234,14 @@ class Space:
         block. Take it *before* looking at the state, so a change between the look and the
         wait is not missed. Forgotten when the last block holding it ends unset."""
         key = (kind, ident)
-        loop = anyio.lowlevel.current_token()
-        by_loop = self._events.setdefault(key, {})
-        wake = by_loop.get(loop)
-        if wake is None:
-            wake = by_loop[loop] = _Wake()
+        wake = _of_this_loop(self._events.setdefault(key, {}), _Wake)
         wake.holders += 1
         try:
             yield wake.event
         finally:
             wake.holders -= 1
             held = self._events.get(key)
+            loop = anyio.lowlevel.current_token()
             if not wake.holders and held is not None and held.get(loop) is wake:
                 del held[loop]
                 if not held:
