@@ -12,8 +12,11 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -343,3 +346,72 @@ def test_nothing_is_left_outside_the_namespace_folder(tmp_path: Path) -> None:
     _kill_midway(_spawn("append", tmp_path / "root", "x", report, "t-"), report)
     assert sorted(os.listdir(tmp_path)) == ["a.err", "a.txt", "root"]
     assert os.listdir(tmp_path / "root") == [NS]
+
+
+@pytest.mark.parametrize("held", ["file", "cache"])
+def test_a_child_forked_while_another_thread_holds_a_lock_uses_the_world(
+    tmp_path: Path, held: str
+) -> None:
+    """``fork`` copies only the thread that called it: a lock another thread held at that
+    instant stays held in the child for ever. A child that goes on with the parent's World (a
+    ``multiprocessing`` child of the fork start method) must not wait for it: its appends go
+    through, and the parent sees them. ``held``: a folded file's mutex (a thread amid a file
+    call), or the namespace's file-cache mutex."""
+    from world_local._log import LogFile
+
+    async def first(world: LocalWorld) -> None:
+        await world.log.append("forked", [NewEvent(key="parent", data=b"p")])
+
+    world = anyio.run(partial(connect, url=str(tmp_path), namespace=NS))
+    anyio.run(first, world)
+    space = world._space
+    lock = space.file(LogFile, "forked").mutex if held == "file" else space._files_mutex
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(WAIT)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(WAIT)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+            pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 1
+            try:
+
+                async def child() -> None:
+                    with anyio.fail_after(WAIT):
+                        await world.log.append("forked", [NewEvent(key="child", data=b"c")])
+
+                anyio.run(child)
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + WAIT
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail(f"the child waited {WAIT} s for a lock held by the parent's thread")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        holder.join(WAIT)
+
+    async def check(world: LocalWorld) -> list[Event]:
+        try:
+            return await world.log.read("forked")
+        finally:
+            await world.aclose()
+
+    events = anyio.run(check, world)
+    assert [(e.seq, e.key) for e in events] == [(1, "parent"), (2, "child")]

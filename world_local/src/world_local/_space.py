@@ -7,6 +7,7 @@ import hashlib
 import os
 import stat
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -73,6 +74,18 @@ POLL_MAX = 0.1
 """Longest wait between two looks; waits double from POLL_MIN up to this."""
 
 
+_SPACES: weakref.WeakSet[Space] = weakref.WeakSet()
+"""Every Space of this process, for :func:`_after_fork`."""
+
+
+def _after_fork() -> None:
+    for space in list(_SPACES):
+        space._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def file_name(ident: str) -> str:
     """The file name of an identifier: its SHA-256, so no identifier can name a path. The
     identifier itself is kept in the file's header."""
@@ -104,6 +117,20 @@ class Space:
         # (a client waiting for the replies of many sessions) keeps none of them.
         self._events: dict[tuple[str, str], dict[object, _Wake]] = {}
         self._pollers: dict[tuple[str, str], dict[object, anyio.Lock]] = {}
+        _SPACES.add(self)
+
+    def _forked(self) -> None:
+        """In a child after ``fork``, which copied only the thread that called it: a mutex
+        another thread held at that instant would stay held for ever, and what it guarded may
+        be half changed. So the child starts afresh: new mutexes, no folded or open files (it
+        folds each file again from disk at its next use; the dropped ones close their
+        descriptors when collected), no cached names. Its wake-ups and pollers belong to
+        event loops, which a child does not go on with."""
+        self._files_mutex = threading.Lock()
+        self._files = OrderedDict()
+        self._open = OrderedDict()
+        self._names = OrderedDict()
+        self._held = 0
 
     def file(self, cls: type[F], ident: str) -> F:
         """The (cached) folded file of ``ident`` in the ``cls.kind`` folder."""
