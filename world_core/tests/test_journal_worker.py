@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -329,6 +330,55 @@ async def test_continued_chains_are_remembered_up_to_a_bound(
         chain = await _session.session_chain(world, f"c{n}")
         assert chain == [f"session/c{n}", f"sessiongen/x{n}/1-t"]
     assert list(_session._chains[world]) == ["c1", "c2"]  # the oldest seen was dropped
+
+
+async def test_submit_to_a_continued_session_reads_each_earlier_generation_once(
+    world: World,
+) -> None:
+    """A submit to a session continued twice reads the chain (three keyed reads), each
+    earlier generation once for the turn's input, and the current one's marker after the
+    append: six reads, where it read the chain twice and the current generation's input
+    twice (nine). Idempotency holds in every generation: a turn found in an earlier one, or
+    refused by the current one's append, is not written again, and another message under
+    its id is refused."""
+    from world_conformance.wrappers import PassThroughLog, PassThroughWorld
+
+    gets: list[tuple[str, str]] = []
+
+    class Log(PassThroughLog):
+        async def get(self, log_id: str, key: str) -> Any:
+            gets.append((log_id, key))
+            return await super().get(log_id, key)
+
+    counted = PassThroughWorld(world, log=Log(world.log))
+    client = Client(counted)
+    await client.submit("s", "first", turn_id="old")
+    chain = ["session/s", "sessiongen/x/1-a", "sessiongen/x/2-b"]
+    for old, new in itertools.pairwise(chain):
+        marker = json.dumps({"t": "continued", "to": new}).encode()
+        await world.log.append(old, [NewEvent(key=_session.CONTINUED_KEY, data=marker)])
+    await client.submit("s", "current", turn_id="now")  # the chain is remembered from here
+    gets.clear()
+    await client.submit("s", "next", turn_id="new")
+    assert gets == [
+        (chain[2], _session.CONTINUED_KEY),
+        (chain[1], "turn/new/input"),
+        (chain[0], "turn/new/input"),
+        (chain[2], _session.CONTINUED_KEY),
+    ]
+    gets.clear()
+    _session._chains.pop(counted, None)  # a process that has not seen the chain yet
+    await client.submit("s", "next 2", turn_id="new2")
+    assert len(gets) == 6, gets
+    tails = [await world.log.tail(log_id) for log_id in chain]
+    assert await client.submit("s", "first", turn_id="old") == "old"  # in the first generation
+    assert await client.submit("s", "current", turn_id="now") == "now"  # the append refuses it
+    assert [await world.log.tail(log_id) for log_id in chain] == tails, "a turn written twice"
+    for turn in ("old", "now"):
+        with pytest.raises(InvalidArgumentError, match="another message"):
+            await client.submit("s", "changed", turn_id=turn)
+    inputs = [e.key for e in await world.log.read(chain[2]) if e.key and e.key.endswith("input")]
+    assert inputs == ["turn/now/input", "turn/new/input", "turn/new2/input"]
 
 
 async def test_a_slow_agent_factory_holds_no_lease(world: World) -> None:

@@ -138,10 +138,11 @@ class Client:
         messages = [OutboxMessage(queue=self._queue, payload=payload, dedup_key=dedup)]
         try:
             chain = await session_chain(self._world, session_id)
-            if len(chain) > 1:
-                # Continued: the turn may have been submitted to an earlier generation.
-                home = await turn_log(self._world, session_id, turn)
-                found = await self._world.log.get(home, f"turn/{turn}/input")
+            # Continued: the turn may have been submitted to an earlier generation. The
+            # current one is not looked at: the append refuses a turn it holds (the same
+            # DuplicateKeyError), and the chain was just read (turn_log would read it again).
+            for earlier in reversed(chain[:-1]):
+                found = await self._world.log.get(earlier, f"turn/{turn}/input")
                 if found is not None:
                     raise DuplicateKeyError(
                         f"turn {turn!r} exists", key=found.key or "", existing=found
