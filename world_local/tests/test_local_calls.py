@@ -70,6 +70,26 @@ async def test_an_append_to_a_file_held_open_opens_and_reads_nothing(
     assert calls == ["flock:EX", "fstat", "stat", "fsync", "flock:UN"] * 5
 
 
+async def test_an_outbox_append_reads_back_nothing_it_wrote(
+    world: LocalWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append wrote the intent and committed the frame holding the lock: it delivers the
+    messages it holds. Before, it opened and read back its own intent, and the frame at its
+    offset, as for an intent a crash left. On disk the same steps, in the same order."""
+    message = OutboxMessage(queue="q", payload=b"m")
+    await world.log.append("l", [NewEvent(data=b"first")], messages=[message])
+    with _counting(monkeypatch, "open", "pread", "rename", "fsync", "unlink") as calls:
+        for n in range(3):
+            assert await world.log.append("l", [NewEvent(data=b"x")], messages=[message]) == n + 2
+    intent = ["open", "fsync", "rename", "unlink", "open", "fsync"]  # temp, fsynced, renamed
+    commit = ["fsync"]
+    deliver = ["fsync", "unlink", "open", "fsync"]  # the queue's late fsync, the intent removed
+    assert calls == (intent + commit + deliver) * 3
+    assert [e.data for e in await world.log.read("l")] == [b"first", b"x", b"x", b"x"]
+    leases = await world.queue.claim("q", "w", lease=30, limit=10)
+    assert [lease.payload for lease in leases] == [b"m"] * 4
+
+
 async def test_a_change_by_another_process_is_read_then_nothing_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

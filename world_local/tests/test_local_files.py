@@ -267,7 +267,8 @@ def _crashed_outbox_append(world: LocalWorld, log_id: str, *, committed: bool) -
 
     def work(fd: int | None) -> None:
         assert fd is not None
-        ids = outbox.begin(space, file, [OutboxMessage(queue="q", payload=b"m")])
+        pending = outbox.begin(space, file, [OutboxMessage(queue="q", payload=b"m")])
+        ids = [message.id for _, message in pending]
         if committed:
             file.commit(fd, encode_frame({"keys": [None], "outbox": ids}, [b"e"]))
 

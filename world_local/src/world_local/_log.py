@@ -163,12 +163,17 @@ class LocalLog(Log):
                         key=event.key,
                         existing=existing,
                     )
+            pending: outbox.Pending = []
             if messages:
                 file.intent = True
-                meta["outbox"] = outbox.begin(space, file, messages)
+                pending = outbox.begin(space, file, messages)
+                meta["outbox"] = [message.id for _, message in pending]
             file.commit(fd, encode_frame(meta, [event.data for event in events]))
             if messages:  # without, there is no intent: the one a crash left went first
-                queues += outbox.finish(space, file, fd)
+                # Committed just now, under the lock: its messages go out as begin() made
+                # them, with nothing read back. On disk the steps are finish()'s, in its
+                # order (the frame fsynced, then the queues, then the intent removed).
+                queues += outbox.complete(space, file, pending)
                 file.intent = False
             return file.tail, queues
 

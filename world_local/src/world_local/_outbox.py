@@ -8,11 +8,13 @@ An append with messages, holding the log's lock:
 3. adds the messages to their queues (queue locks in name order; ids already there skipped);
 4. removes the intent.
 
-An intent left by a crash is finished, under the log's lock, by the next append to or delete
-of that log, and by any claim in the namespace (which takes the log's lock only if it is free:
-whoever holds it finishes the intent itself). Finishing means steps 3 and 4 when the log frame
-is there, step 4 alone when it is not. So a committed append's messages are delivered at the
-latest by the next claim; they may become visible a moment after the events, never before.
+The append does steps 3 and 4 with the messages it holds (:func:`complete`): it wrote the
+intent and the frame, so nothing is read back. An intent left by a crash is finished, under
+the log's lock, by the next append to or delete of that log, and by any claim in the namespace
+(which takes the log's lock only if it is free: whoever holds it finishes the intent itself).
+Finishing means steps 3 and 4 when the log frame is there, step 4 alone when it is not. So a
+committed append's messages are delivered at the latest by the next claim; they may become
+visible a moment after the events, never before.
 Locks are always taken log first, then queues, so this cannot deadlock with claims or acks.
 """
 
@@ -27,7 +29,7 @@ from world_local._files import FoldedFile, encode_frame, fsync_dir, read_frame, 
 from world_local._queue import Message, QueueFile, new_message
 from world_local._space import Space
 
-__all__ = ["FOLDER", "begin", "finish", "pending_logs"]
+__all__ = ["FOLDER", "Pending", "begin", "complete", "finish", "pending_logs"]
 
 FOLDER = "outbox"
 
@@ -37,8 +39,13 @@ def _path(space: Space, log: FoldedFile) -> str:
     return os.path.join(space.folder, FOLDER, log.path.name)
 
 
-def begin(space: Space, log: FoldedFile, messages: Sequence[OutboxMessage]) -> list[str]:
-    """Step 1, under the log's lock: record the intent durably; returns the message ids."""
+Pending = list[tuple[str, Message]]
+"""The messages of an intent, each with its queue's name."""
+
+
+def begin(space: Space, log: FoldedFile, messages: Sequence[OutboxMessage]) -> Pending:
+    """Step 1, under the log's lock: record the intent durably; returns its messages (their
+    ids go in the log frame, and :func:`complete` delivers them once it is committed)."""
     new = [new_message(m.payload, m.delay, m.dedup_key, m.max_attempts) for m in messages]
     meta = {
         "log": log.ident,
@@ -59,12 +66,13 @@ def begin(space: Space, log: FoldedFile, messages: Sequence[OutboxMessage]) -> l
     with temp_file(folder, encode_frame(meta, [m.payload for m in messages])) as tmp:
         os.rename(tmp, _path(space, log))
     fsync_dir(folder)
-    return [n.id for n in new]
+    return [(m.queue, n) for m, n in zip(messages, new, strict=True)]
 
 
 def finish(space: Space, log: FoldedFile, fd: int | None) -> list[str]:
-    """Steps 3 and 4 for the intent of ``log``, if there is one; call under the log's lock
-    with its state fresh. Returns the queues that received messages."""
+    """Steps 3 and 4 for the intent of ``log`` that a crash (or a failed commit) left, if
+    there is one: its messages when its frame is there, none when not. Call under the log's
+    lock with its state fresh. Returns the queues that received messages."""
     path = _path(space, log)
     try:
         intent_fd = os.open(path, os.O_RDONLY)
@@ -84,17 +92,27 @@ def finish(space: Space, log: FoldedFile, fd: int | None) -> list[str]:
         and frame is not None
         and frame[1].get("outbox") == ids
     )
-    queues: list[str] = []
+    pending: Pending = []
     if committed:
-        by_queue: dict[str, list[Message]] = {}
         for spec, (_, payload) in zip(meta["messages"], blobs, strict=True):
-            by_queue.setdefault(spec["queue"], []).append(_message(spec, payload))
-        for name in sorted(by_queue):
-            _deliver(space.file(QueueFile, name), by_queue[name])
-            queues.append(name)
-    os.unlink(path)
+            pending.append((spec["queue"], _message(spec, payload)))
+    return complete(space, log, pending)
+
+
+def complete(space: Space, log: FoldedFile, pending: Pending) -> list[str]:
+    """Steps 3 and 4: deliver ``pending`` (the messages of the intent of ``log`` whose frame
+    is committed; none when it is not), then remove the intent. Call under the log's lock.
+    The append that wrote the intent and committed the frame passes what :func:`begin`
+    returned: it knows both, so nothing is read back (:func:`finish` reads them, for an
+    intent a crash left). Returns the queues that received messages."""
+    by_queue: dict[str, list[Message]] = {}
+    for queue, message in pending:
+        by_queue.setdefault(queue, []).append(message)
+    for name in sorted(by_queue):
+        _deliver(space.file(QueueFile, name), by_queue[name])
+    os.unlink(_path(space, log))
     fsync_dir(space.folder / FOLDER)
-    return queues
+    return sorted(by_queue)
 
 
 def _deliver(queue: QueueFile, messages: list[Message]) -> None:
