@@ -22,6 +22,7 @@ import pytest
 
 from world_core.spi import NewEvent, OutboxMessage
 from world_local import LocalWorld, _space, _threads, connect
+from world_local._queue import QueueFile
 from world_local._space import Space
 
 pytestmark = pytest.mark.anyio
@@ -88,6 +89,47 @@ async def test_an_outbox_append_reads_back_nothing_it_wrote(
     assert [e.data for e in await world.log.read("l")] == [b"first", b"x", b"x", b"x"]
     leases = await world.queue.claim("q", "w", lease=30, limit=10)
     assert [lease.payload for lease in leases] == [b"m"] * 4
+
+
+async def test_an_enqueue_looks_its_dedup_key_up_without_going_through_the_queue(
+    tmp_path: Path,
+) -> None:
+    """A dedup key is looked up in an index of the keys. Before, every enqueue and every
+    outbox delivery (a submit's) went through all the queue's messages, holding its lock.
+    What a key answers is unchanged: the last message enqueued with it that is not dead."""
+    url = str(tmp_path / "store")
+    looked: list[str] = []
+
+    class Messages(dict[str, Any]):
+        def values(self) -> Any:
+            looked.append("values")
+            return super().values()
+
+    async with await connect(url=url, namespace="t") as world:
+        for n in range(50):
+            await world.queue.enqueue("q", b"other", dedup_key=f"other{n}")
+        first = await world.queue.enqueue("q", b"m", dedup_key="k", max_attempts=1)
+        file = world._space.file(QueueFile, "q")
+        file.messages = Messages(file.messages)
+        assert await world.queue.enqueue("q", b"m", dedup_key="k") == first
+        assert await world.queue.enqueue("q", b"m", dedup_key="new") != first
+        assert looked == []
+        while leases := await world.queue.claim("q", "w", lease=30, limit=100):
+            for lease in leases:
+                if lease.message_id == first:
+                    await world.queue.release(lease)  # its last delivery: dead-lettered
+                else:
+                    await world.queue.ack(lease)
+        second = await world.queue.enqueue("q", b"m", dedup_key="k")
+        assert second != first  # a dead message's key is free
+        await world.queue.requeue("q", first)
+        assert await world.queue.enqueue("q", b"m", dedup_key="k") == second  # the last one
+        (lease,) = await world.queue.claim("q", "w", lease=30)
+        assert lease.message_id == second
+        await world.queue.ack(lease)
+        assert await world.queue.enqueue("q", b"m", dedup_key="k") == first
+    async with await connect(url=url, namespace="t") as again:  # folded anew from the file
+        assert await again.queue.enqueue("q", b"m", dedup_key="k") == first
 
 
 async def test_a_change_by_another_process_is_read_then_nothing_again(

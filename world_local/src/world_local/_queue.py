@@ -85,6 +85,10 @@ class QueueFile(FoldedFile):
 
     def reset(self) -> None:
         self.messages: dict[str, Message] = {}
+        self.keyed: dict[str, list[str]] = {}
+        """dedup key -> the ids of the messages carrying it, in enqueue order: what :meth:`add`
+        looks a key up in, instead of going through every message under the lock (a second
+        id comes only once the first is dead-lettered, and goes when it is acked)"""
         self.next_order = 1
         self.size = 0  # payload bytes of the messages kept, to decide on compaction
 
@@ -93,18 +97,42 @@ class QueueFile(FoldedFile):
             kind = op.pop("op")
             if kind == "put":
                 payload = blobs[op.pop("blob")][1]
-                self.messages[op["id"]] = Message(payload=payload, **op)
+                message = self.messages[op["id"]] = Message(payload=payload, **op)
                 self.size += len(payload)
+                if message.dedup_key is not None:
+                    self.keyed.setdefault(message.dedup_key, []).append(message.id)
             elif kind == "set":
                 message = self.messages[op.pop("id")]
+                key = message.dedup_key
                 for name, value in op.items():
                     if name in _FIELDS:
                         setattr(message, name, value)
+                if message.dedup_key != key:  # no op written here does that; kept right if one did
+                    self._index_keys()
             elif kind == "del":
-                self.size -= len(self.messages.pop(op["id"]).payload)
+                message = self.messages.pop(op["id"])
+                self.size -= len(message.payload)
+                if message.dedup_key is not None:
+                    keyed = self.keyed[message.dedup_key]
+                    keyed.remove(message.id)
+                    if not keyed:
+                        del self.keyed[message.dedup_key]
             self.next_order = max(
                 self.next_order, op.get("order", 0) + 1, op.get("dead_order", 0) + 1
             )
+
+    def _index_keys(self) -> None:
+        self.keyed = {}
+        for message in self.messages.values():
+            if message.dedup_key is not None:
+                self.keyed.setdefault(message.dedup_key, []).append(message.id)
+
+    def _live_with(self, key: str) -> str | None:
+        """The id of the last enqueued message carrying dedup key ``key`` that is not dead."""
+        for ident in reversed(self.keyed.get(key, ())):
+            if self.messages[ident].dead is None:
+                return ident
+        return None
 
     @property
     def held(self) -> int:
@@ -130,19 +158,21 @@ class QueueFile(FoldedFile):
         ids: list[str] = []
         ops: list[dict[str, Any]] = []
         blobs: list[bytes] = []
-        live_keys = {m.dedup_key: m.id for m in self.messages.values() if m.dead is None}
+        added: dict[str, str] = {}  # dedup key -> id, of the messages of this frame
         for message in new:
+            key = message.dedup_key
+            live = None if key is None else added.get(key) or self._live_with(key)
             if message.id in self.messages:
                 ids.append(message.id)
-            elif message.dedup_key is not None and message.dedup_key in live_keys:
-                ids.append(live_keys[message.dedup_key])
+            elif live is not None:
+                ids.append(live)
             else:
                 message.order = self.next_order + len(ops)
                 ops.append(_put(message, len(blobs)))
                 blobs.append(message.payload)
                 ids.append(message.id)
-                if message.dedup_key is not None:
-                    live_keys[message.dedup_key] = message.id
+                if key is not None:
+                    added[key] = message.id
         if ops:
             self.commit_ops(fd, ops, blobs)
         return ids
