@@ -17,6 +17,7 @@ from world_core.spi import (
     MAX_ID_BYTES,
     MAX_LIST_LIMIT,
     MAX_PAYLOAD_BYTES,
+    MAX_QUEUE_SECONDS,
     MAX_STATUS_BYTES,
     Event,
     Lease,
@@ -33,6 +34,7 @@ from world_core.spi import (
     validate_lease,
     validate_list,
     validate_namespace,
+    validate_queue_seconds,
     validate_read,
     validate_release,
     validate_renew,
@@ -195,6 +197,23 @@ def test_duration_accepts_ints_and_floats_only() -> None:
         validate_duration(True, "delay")
     with pytest.raises(errors.InvalidArgumentError):
         validate_duration("1", "delay")
+
+
+def test_queue_durations_are_bounded_by_the_longest_a_store_holds() -> None:
+    lease = Lease(
+        queue="q", message_id="m", payload=b"", attempt=1, max_attempts=1, token="t", deadline=0.0
+    )
+    assert validate_queue_seconds(MAX_QUEUE_SECONDS, "delay") == MAX_QUEUE_SECONDS
+    for seconds in (MAX_QUEUE_SECONDS + 1, 1e300):
+        with pytest.raises(errors.InvalidArgumentError, match=r"delay.*31 years"):
+            validate_enqueue("q", b"x", delay=seconds, dedup_key=None, max_attempts=1)
+        with pytest.raises(errors.InvalidArgumentError, match="lease"):
+            validate_claim("q", "w", lease=seconds, limit=1, wait=0)
+        with pytest.raises(errors.InvalidArgumentError, match="duration"):
+            validate_renew(lease, seconds)
+        with pytest.raises(errors.InvalidArgumentError, match="delay"):
+            validate_release(lease, seconds)
+    validate_claim("q", "w", lease=1, limit=1, wait=1e300)  # a wait is the caller's own time
 
 
 def test_error_tree_has_the_documented_builtin_bases() -> None:

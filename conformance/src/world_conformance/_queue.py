@@ -23,7 +23,7 @@ from world_core import (
     NotFoundError,
     World,
 )
-from world_core.spi import DEFAULT_MAX_ATTEMPTS, MAX_LIST_LIMIT
+from world_core.spi import DEFAULT_MAX_ATTEMPTS, MAX_LIST_LIMIT, MAX_QUEUE_SECONDS
 
 __all__ = ["QueueContract"]
 
@@ -406,6 +406,29 @@ class QueueContract(ContractBase):
                     for index in range(6):
                         group.start_soon(worker, world if index % 2 else second, f"w{index}")
         assert sorted(claimed) == sorted(ids), "a message was handed to two workers, or lost"
+
+    async def test_queue_durations_past_the_longest_refused(self, world: World) -> None:
+        """A delay or lease past MAX_QUEUE_SECONDS (about 31 years) is bad input: refused
+        naming it, before anything is written, on every backend alike (not an overflow deep
+        in the store, not silently shortened). The longest itself is taken."""
+        await world.queue.enqueue("q", b"now")
+        for seconds in (MAX_QUEUE_SECONDS + 1, 1e300):
+            with pytest.raises(InvalidArgumentError, match="delay"):
+                await world.queue.enqueue("q", b"late", delay=seconds)
+            with pytest.raises(InvalidArgumentError, match="lease"):
+                await world.queue.claim("q", "w", lease=seconds)
+        lease = await _claim_one(world, "q", "w", lease=MAX_QUEUE_SECONDS)
+        assert (lease.payload, lease.attempt) == (b"now", 1), "a refused call wrote something"
+        for seconds in (MAX_QUEUE_SECONDS + 1, 1e300):
+            with pytest.raises(InvalidArgumentError, match="duration"):
+                await world.queue.renew(lease, seconds)
+            with pytest.raises(InvalidArgumentError, match="delay"):
+                await world.queue.release(lease, delay=seconds)
+        renewed = await world.queue.renew(lease, MAX_QUEUE_SECONDS)
+        assert (renewed.token, renewed.attempt) == (lease.token, 1)
+        await world.queue.release(lease, delay=MAX_QUEUE_SECONDS)
+        await world.queue.enqueue("q", b"far", delay=MAX_QUEUE_SECONDS)
+        assert await world.queue.claim("q", "w", lease=LONG) == [], "a delayed message came early"
 
     async def test_queue_claim_arguments_refused(self, world: World) -> None:
         await world.queue.enqueue("q", b"x")

@@ -75,6 +75,7 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_LIST_LIMIT",
     "MAX_PAYLOAD_BYTES",
+    "MAX_QUEUE_SECONDS",
     "MAX_STATUS_BYTES",
     "NAMESPACE_PATTERN",
     "Capabilities",
@@ -104,6 +105,7 @@ __all__ = [
     "validate_limit",
     "validate_list",
     "validate_namespace",
+    "validate_queue_seconds",
     "validate_read",
     "validate_release",
     "validate_renew",
@@ -116,6 +118,13 @@ MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 
 MAX_ID_BYTES = 512
 """Longest identifier or key, in UTF-8 bytes."""
+
+MAX_QUEUE_SECONDS = 1_000_000_000
+"""Longest ``delay`` or lease a queue takes, in seconds (about 31 years). Every backend's
+time arithmetic holds it (PostgreSQL's interval, MongoDB's dates as Python reads them, Redis's
+integer microseconds); a longer one is refused as bad input instead of failing deep in a
+store as an overflow. The journal's longest deadline (a wait or a tool's timeout: ten years)
+stays well below it."""
 
 MAX_STATUS_BYTES = 64
 """Longest log status, in UTF-8 bytes."""
@@ -417,6 +426,17 @@ def validate_duration(value: object, what: str) -> float:
     return result
 
 
+def validate_queue_seconds(value: object, what: str) -> float:
+    """Return ``value`` as a float if it is a number of seconds from 0 to MAX_QUEUE_SECONDS: a
+    queue's delay or lease, which the store adds to its clock."""
+    seconds = validate_duration(value, what)
+    if seconds > MAX_QUEUE_SECONDS:
+        raise InvalidArgumentError(
+            f"{what} must be at most {MAX_QUEUE_SECONDS} seconds (about 31 years), got {value!r}"
+        )
+    return seconds
+
+
 def validate_limit(value: object, what: str = "limit", maximum: int | None = None) -> None:
     """Check an optional positive page size."""
     if value is None:
@@ -493,7 +513,7 @@ def validate_append(
         validate_id(message.queue, "queue")
         if message.dedup_key is not None:
             validate_id(message.dedup_key, "dedup_key")
-        validate_duration(message.delay, "delay")
+        validate_queue_seconds(message.delay, "delay")
         _check_max_attempts(message.max_attempts)
         total += len(message.payload)
     _check_size(total, limit, "append")
@@ -512,7 +532,7 @@ def validate_enqueue(
     validate_id(queue, "queue")
     if not isinstance(payload, bytes):
         raise InvalidArgumentError(f"payload must be bytes, got {type(payload).__name__}")
-    validate_duration(delay, "delay")
+    validate_queue_seconds(delay, "delay")
     if dedup_key is not None:
         validate_id(dedup_key, "dedup_key")
     _check_max_attempts(max_attempts)
@@ -523,7 +543,7 @@ def validate_claim(queue: str, worker: str, *, lease: float, limit: int, wait: f
     """Everything ``Queue.claim`` refuses before any I/O."""
     validate_id(queue, "queue")
     validate_id(worker, "worker")
-    if validate_duration(lease, "lease") <= 0:
+    if validate_queue_seconds(lease, "lease") <= 0:
         raise InvalidArgumentError("lease must be > 0 seconds")
     validate_limit(limit, "limit", MAX_LIST_LIMIT)
     validate_duration(wait, "wait")
@@ -692,10 +712,11 @@ def validate_renew(lease: Lease, duration: float) -> float:
 
     Raises:
         InvalidArgumentError, InvalidIdentifierError: a bad lease (see :func:`validate_lease`).
-        InvalidArgumentError: ``duration`` not a finite number of seconds > 0.
+        InvalidArgumentError: ``duration`` not a number of seconds > 0 and at most
+            MAX_QUEUE_SECONDS.
     """
     validate_lease(lease)
-    seconds = validate_duration(duration, "duration")
+    seconds = validate_queue_seconds(duration, "duration")
     if seconds <= 0:
         raise InvalidArgumentError(
             f"duration must be > 0 seconds, got {duration!r}; to give the message up, release it"
@@ -708,10 +729,10 @@ def validate_release(lease: Lease, delay: float) -> float:
 
     Raises:
         InvalidArgumentError, InvalidIdentifierError: a bad lease (see :func:`validate_lease`).
-        InvalidArgumentError: ``delay`` not a finite number of seconds >= 0.
+        InvalidArgumentError: ``delay`` not a number of seconds from 0 to MAX_QUEUE_SECONDS.
     """
     validate_lease(lease)
-    return validate_duration(delay, "delay")
+    return validate_queue_seconds(delay, "delay")
 
 
 def validate_dead_letters(queue: str, *, limit: int) -> None:
@@ -875,7 +896,8 @@ class Queue(ABC):
     deadline passed are visible again. Deadlines come from the store's clock, so clock skew
     between workers is harmless. Ready messages are handed out in order of the time they
     became visible, then enqueue order (a released or expired message counts from when it
-    became visible again); one ``claim`` returns its leases in that order.
+    became visible again); one ``claim`` returns its leases in that order. A delay or lease
+    is at most MAX_QUEUE_SECONDS (about 31 years): a longer one is refused, not overflowed.
     """
 
     @abstractmethod
