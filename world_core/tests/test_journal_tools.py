@@ -13,6 +13,7 @@ from pydantic import Field
 from world_core import ToolContext, ToolRegistry, tool
 from world_core.errors import ConfigurationError, InvalidArgumentError
 from world_core.journal._crash import CrashPoint, parse_crash_at
+from world_core.journal._waits import MAX_WAIT_SECONDS
 
 
 def refund(order_id: str, amount: float, note: str = "", *, context: ToolContext) -> str:
@@ -167,6 +168,19 @@ def test_decorator_form() -> None:
 def test_bad_tool_name_is_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="tool name"):
         tool(refund, replay="safe", name="no spaces")
+
+
+@pytest.mark.parametrize("seconds", [MAX_WAIT_SECONDS + 1, 1e12, 1e300])
+def test_a_timeout_past_ten_years_is_refused(seconds: float) -> None:
+    """A ``never`` call's timeout is the deadline a worker taking over waits for, queued to
+    resume after it: one past what the queues hold (1e300 was taken, and on PostgreSQL the
+    take-over's release then failed as a store bug, out of every worker that claimed the
+    turn) is refused where the tool is declared."""
+    with pytest.raises(InvalidArgumentError, match="timeout must be at most ten years"):
+        tool(refund, replay="never", timeout=seconds)
+    with pytest.raises(InvalidArgumentError, match="approval_timeout must be at most ten years"):
+        tool(refund, replay="never", approval="required", approval_timeout=seconds)
+    assert tool(refund, replay="never", timeout=MAX_WAIT_SECONDS).timeout == MAX_WAIT_SECONDS
 
 
 def test_crash_at_parsing() -> None:

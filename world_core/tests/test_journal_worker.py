@@ -417,6 +417,32 @@ async def test_a_slow_agent_factory_holds_no_lease(world: World) -> None:
     assert acted == ["s/t/step-1"]
 
 
+async def test_a_bad_agent_or_lease_is_refused_by_the_worker_not_by_a_turn(world: World) -> None:
+    """``Worker(world, 42)`` was taken, and every turn it claimed then failed its attempts
+    with a TypeError, as transient; a lease past what a queue holds was taken too (on
+    PostgreSQL every claim then failed as a store bug)."""
+    not_an_agent: Any = 42
+    with pytest.raises(InvalidArgumentError, match=r"agent must be an Agent.*got int"):
+        Worker(world, not_an_agent)
+    with pytest.raises(InvalidArgumentError, match="lease must be at most"):
+        Worker(world, echo_agent(), lease=1e300)
+
+
+async def test_an_agent_class_is_a_factory(world: World) -> None:
+    """A class has a ``run_turn`` too (unbound): it was run as the agent, and every turn
+    failed with a TypeError for the missing ``self``."""
+
+    class Echo(Agent):
+        def __init__(self) -> None:
+            super().__init__(model=ScriptedModel(lambda request: ModelReply(content="echo")))
+
+    await Client(world).submit("s", "hi", turn_id="t")
+    with anyio.fail_after(WAIT):
+        result = await Worker(world, Echo, crash=None, observers=[]).run_once(wait=WAIT)
+    assert result is not None
+    assert (result.status, result.reply) == ("done", "echo"), result
+
+
 @pytest.mark.parametrize(
     ("late", "interval"),
     [(0.0, 10.0), (5.0, 10.0), (10.0, 10.0), (15.0, 7.5), (24.0, 3.0), (29.0, 3.0), (90.0, 3.0)],

@@ -30,6 +30,7 @@ from pydantic_core import to_jsonable_python
 
 from world_core.errors import InvalidArgumentError, LeaseLostError
 from world_core.journal._blobs import Blobs
+from world_core.journal._waits import MAX_WAIT_SECONDS
 from world_core.spi import World, validate_id
 
 __all__ = [
@@ -516,6 +517,9 @@ def _description(fn: Callable[..., Any]) -> str:
 
 
 def _check_timeout(timeout: object, name: str, what: str = "timeout") -> float:
+    """``timeout`` as seconds: finite, > 0 and at most ten years, the longest deadline the
+    journal records (a worker taking over a cut-off call is queued to resume after it, and
+    every backend's queue holds a delay that long)."""
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
@@ -524,6 +528,11 @@ def _check_timeout(timeout: object, name: str, what: str = "timeout") -> float:
     ):
         raise InvalidArgumentError(
             f"tool {name!r}: {what} must be a finite number of seconds > 0, got {timeout!r}"
+        )
+    if timeout > MAX_WAIT_SECONDS:
+        raise InvalidArgumentError(
+            f"tool {name!r}: {what} must be at most ten years ({MAX_WAIT_SECONDS} s), "
+            f"got {timeout!r}"
         )
     return float(timeout)
 
@@ -534,10 +543,7 @@ def _check_approval(approval: object, approval_timeout: object, name: str) -> Ap
             f"tool {name!r}: approval must be 'none' or 'required' (every call waits for a "
             f"person's decision), got {approval!r}"
         )
-    if _check_timeout(approval_timeout, name, "approval_timeout") > 10 * 366 * 86400:
-        raise InvalidArgumentError(
-            f"tool {name!r}: approval_timeout must be at most ten years, got {approval_timeout!r}"
-        )
+    _check_timeout(approval_timeout, name, "approval_timeout")
     return approval
 
 
@@ -660,8 +666,9 @@ def tool(
 
     Raises:
         InvalidArgumentError: ``replay`` is not ``"safe"`` or ``"never"``, ``timeout`` or
-            ``approval_timeout`` is not a number > 0, ``approval`` is not ``"none"`` or
-            ``"required"``, a parameter has no type hint, or the name is not a valid tool name.
+            ``approval_timeout`` is not a number > 0 and at most ten years, ``approval`` is
+            not ``"none"`` or ``"required"``, a parameter has no type hint, or the name is not
+            a valid tool name.
     """
     if fn is None:
         return lambda f: _build(f, replay, name, description, timeout, approval, approval_timeout)

@@ -71,7 +71,6 @@ from world_core.errors import (
     ToolError,
     WorldError,
 )
-from world_core.journal._agent import Agent
 from world_core.journal._client import DEFAULT_QUEUE, turn_queue_key
 from world_core.journal._continue import HistoryLimits, maybe_continue
 from world_core.journal._crash import CrashPoint, SimulatedCrash, crash_point_from_env
@@ -86,7 +85,7 @@ from world_core.journal._observer import (
 )
 from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on, notify_parent
 from world_core.journal._waits import TurnSuspended
-from world_core.spi import Lease, World, validate_duration, validate_id
+from world_core.spi import Lease, World, validate_duration, validate_id, validate_queue_seconds
 
 __all__ = [
     "DETERMINISTIC_ERRORS",
@@ -207,9 +206,11 @@ class Worker:
         world: the World holding sessions and the queue.
         agent: an :class:`Agent` (or any object with ``async run_turn(journal) -> str`` that
             ends the turn with ``journal.finish``, such as an agent framework's adapter), or a
-            zero-argument callable returning one per turn. The callable is called before the
-            turn is claimed (its work holds no lease), its result kept until a turn comes.
-        lease: seconds a claim lasts without renewal; another worker may take the turn after.
+            zero-argument callable returning one per turn (a class counts as one). The callable
+            is called before the turn is claimed (its work holds no lease), its result kept
+            until a turn comes. Anything else is refused here, not when a turn comes.
+        lease: seconds a claim lasts without renewal; another worker may take the turn after
+            (at most :data:`~world_core.spi.MAX_QUEUE_SECONDS`, as for any queue lease).
         heartbeat: renew the lease every ``lease / 3`` seconds while a turn runs (sooner after
             a late wake-up: :func:`renew_interval`). Turn it off only to study what an
             expired lease does (the two-workers test).
@@ -246,7 +247,12 @@ class Worker:
         history_limits: HistoryLimits | None = None,
         observers: Sequence[ObserverFactory] | None = None,
     ) -> None:
-        if validate_duration(lease, "lease") <= 0:
+        if not callable(agent) and not callable(getattr(agent, "run_turn", None)):
+            raise InvalidArgumentError(
+                "agent must be an Agent (or any object with async run_turn(journal)) or a "
+                f"zero-argument callable returning one, got {type(agent).__name__}"
+            )
+        if validate_queue_seconds(lease, "lease") <= 0:
             raise InvalidArgumentError("lease must be > 0 seconds")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidArgumentError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
@@ -276,8 +282,9 @@ class Worker:
         """The next turn's agent, made now, before its claim: a factory's work (pydantic-ai
         builds its schemas on first use, a framework imports lazily) then blocks no leased
         time. What the factory raises is kept and raised in the turn, classified there."""
-        if isinstance(self._agent, Agent) or callable(getattr(self._agent, "run_turn", None)):
-            return _Prepared(cast(TurnAgent, self._agent))
+        agent = self._agent
+        if not isinstance(agent, type) and callable(getattr(agent, "run_turn", None)):
+            return _Prepared(cast(TurnAgent, agent))  # a class is a factory: its run_turn unbound
         try:
             return _Prepared(cast(Callable[[], TurnAgent], self._agent)())
         except Exception as exc:
