@@ -20,6 +20,7 @@ import pytest
 
 from world_core import (
     Agent,
+    Capabilities,
     Client,
     Lease,
     ModelReply,
@@ -441,6 +442,38 @@ async def test_an_agent_class_is_a_factory(world: World) -> None:
         result = await Worker(world, Echo, crash=None, observers=[]).run_once(wait=WAIT)
     assert result is not None
     assert (result.status, result.reply) == ("done", "echo"), result
+
+
+async def test_a_submission_cut_before_its_message_does_not_wedge_its_session(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an outbox (MongoDB, Redis Cluster) a submission is the input, then its message:
+    a client killed between the two left a turn no message ran, and every later turn of the
+    session parked behind it for ever (``Client.wait`` timed out, no failure recorded). The
+    worker parking a turn behind one never started sends that one its message again."""
+    monkeypatch.setattr(type(world), "capabilities", property(lambda _: Capabilities()))
+    assert not world.capabilities.outbox
+    client = Client(world)
+    enqueue = world.queue.enqueue
+
+    async def killed(*args: Any, **kwargs: Any) -> str:
+        raise KeyboardInterrupt("the client's process died between the two writes")
+
+    monkeypatch.setattr(world.queue, "enqueue", killed)
+    with pytest.raises(KeyboardInterrupt):
+        await client.submit("s", "first", turn_id="t1")
+    monkeypatch.setattr(world.queue, "enqueue", enqueue)
+    await client.submit("s", "second", turn_id="t2")
+    worker = Worker(world, echo_agent(), crash=None, observers=[])
+    ran: list[tuple[str, str]] = []
+    for _ in range(3):
+        with anyio.fail_after(WAIT):
+            result = await worker.run_once(wait=1)
+        if result is not None:
+            ran.append((result.turn_id, result.status))
+    assert ran == [("t2", "queued"), ("t1", "done"), ("t2", "done")], ran
+    with anyio.fail_after(WAIT):
+        assert await client.wait("s", "t2") == "echo"
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,12 @@ event and sends it a new message (in the same atomic write where the World has a
   a park naming it is acked without running; a turn's end is handed on again each time its
   message comes back, and a kick already in the log is sent again under its own
   deduplication key (a no-op while that message lives; its message is acked only once the
-  turn it runs has ended).
+  turn it runs has ended);
+* without an outbox a submission is two writes too (the input, then its message), and a
+  client that died between them left a turn that no message runs, ahead of every later turn
+  of its session: the worker that parks a turn behind one that has not started, nor been
+  parked or kicked, sends that one its submission message again (:func:`send_unsent`, under
+  the submission's deduplication key: a no-op while its message lives), so it runs and ends.
 
 Event keys (``<t>`` a turn id, ``<n>`` counting from 1):
 
@@ -46,7 +51,7 @@ from world_core.journal._session import current_log, read_session, turn_log
 from world_core.journal._waits import child_signal
 from world_core.spi import NewEvent, OutboxMessage, World
 
-__all__ = ["HAND_ON_TRIES", "SessionBusyError", "hand_on", "notify_parent"]
+__all__ = ["HAND_ON_TRIES", "SessionBusyError", "hand_on", "notify_parent", "send_unsent"]
 
 _INLINE_REPLY_CHARS = 64 * 1024
 """A child's reply longer than this is not copied into the parent's signal: the parent reads
@@ -109,6 +114,29 @@ async def hand_on(world: World, session_id: str, queue: str, *, after: str) -> s
         f"session {session_id!r}: the log changed under each of {HAND_ON_TRIES} attempts to "
         "hand on to its next turn; try again later"
     )
+
+
+async def send_unsent(world: World, session_id: str, queue: str, turn: str) -> bool:
+    """Send turn ``turn`` its submission message again if it may never have been sent: the
+    World has no outbox, and the turn has not ended, started, been parked nor kicked (so no
+    message of it was ever taken). Under the submission's deduplication key, so a no-op
+    while that message lives; a message too many is harmless (a turn that ended hands on
+    again, one that may not run yet is parked). True if it sent."""
+    if world.capabilities.outbox:
+        return False  # the input and its message were one write
+    session, _ = await read_session(world, await current_log(world, session_id))
+    if (
+        turn not in session.inputs
+        or session.finished(turn)
+        or turn in session.started
+        or session.parks.get(turn)
+        or session.kicks.get(turn)
+    ):
+        return False
+    await world.queue.enqueue(
+        queue, turn_message(session_id, turn), dedup_key=turn_queue_key(session_id, turn)
+    )
+    return True
 
 
 async def _send(world: World, queue: str, session_id: str, turn: str, n: int) -> None:

@@ -83,7 +83,13 @@ from world_core.journal._observer import (
     TurnRun,
     default_observers,
 )
-from world_core.journal._order import HAND_ON_TRIES, SessionBusyError, hand_on, notify_parent
+from world_core.journal._order import (
+    HAND_ON_TRIES,
+    SessionBusyError,
+    hand_on,
+    notify_parent,
+    send_unsent,
+)
 from world_core.journal._waits import TurnSuspended
 from world_core.spi import Lease, World, validate_duration, validate_id, validate_queue_seconds
 
@@ -624,13 +630,22 @@ class Worker:
     async def _parked(
         self, lease: Lease, session_id: str, turn_id: str, journal: Journal
     ) -> TurnResult:
-        """The turn waits for ``journal.waiting_for``: its message is done with."""
+        """The turn waits for ``journal.waiting_for``: its message is done with, once that turn
+        surely has a message of its own (see :func:`send_unsent`)."""
+        ahead = journal.waiting_for
         log.info(
-            "turn %s/%s waits for turn %s of its session; handed on",
-            session_id,
-            turn_id,
-            journal.waiting_for,
+            "turn %s/%s waits for turn %s of its session; handed on", session_id, turn_id, ahead
         )
+        if ahead is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await send_unsent(self.world, session_id, self.queue, ahead)
+                except Exception as exc:  # the message comes back parked, and tries again
+                    log.warning(
+                        "turn %s/%s: sending turn %s on failed: %s", session_id, turn_id, ahead, exc
+                    )
+                    await self._settle(lease, ack=False, delay=self.retry_delay)
+                    return TurnResult(session_id, turn_id, "retry", error=_describe(exc))
         await self._settle(lease, ack=True)
         return TurnResult(session_id, turn_id, "queued")
 
