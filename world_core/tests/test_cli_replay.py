@@ -91,6 +91,39 @@ def test_export_then_replay_check_consistent_and_diverged(tmp_path: Path) -> Non
     assert changed.stdout.rstrip().endswith("0 consistent, 0 prefix ok, 1 diverged, 0 skipped")
 
 
+def test_a_session_named_twice_is_exported_and_checked_once(tmp_path: Path) -> None:
+    """``world export s s`` wrote the session twice, and replay-check refused that file (and
+    a file given twice, or with its folder, or ``--session s --session s``): "session 's'
+    already has 5 events ... import a history into an empty session only", exit 2."""
+    folder = tmp_path / "world"
+    anyio.run(_submit, str(folder))
+    worker = _world(
+        "worker", "--agent", "replay_support:build", *_world_options(folder), "--once",
+        "--wait", "10", cwd=tmp_path,
+    )  # fmt: skip
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    histories = tmp_path / "histories"
+    histories.mkdir()
+    exported = histories / "s.json"
+    twice = _world(
+        "export", "s", "s", *_world_options(folder), "--out", str(exported), cwd=tmp_path
+    )
+    assert twice.returncode == 0, twice.stderr
+    assert twice.stderr.startswith("exported 1 session(s)"), twice.stderr
+    assert len(json.loads(exported.read_text())["sessions"]) == 1
+    for sources in (
+        [str(exported)],
+        [str(exported), str(exported)],
+        [str(histories), str(exported)],
+        ["--session", "s", "--session", "s", *_world_options(folder)],
+    ):
+        checked = _world("replay-check", "--agent", "replay_support:build", *sources, cwd=tmp_path)
+        assert checked.returncode == 0, (sources, checked.stdout + checked.stderr)
+        assert checked.stdout.rstrip().endswith(
+            "1 turn in 1 session: 1 consistent, 0 prefix ok, 0 diverged, 0 skipped"
+        ), checked.stdout
+
+
 def test_usage_and_configuration_errors_exit_2(tmp_path: Path) -> None:
     nothing = _world("replay-check", "--agent", "replay_support:build", cwd=tmp_path)
     assert nothing.returncode == 2

@@ -30,7 +30,8 @@ async def _export(args: argparse.Namespace) -> int:
     from world_core.journal._history import dump_history, read_histories
 
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
-        histories = [h for session in args.sessions for h in await read_histories(world, session)]
+        sessions = dict.fromkeys(args.sessions)  # once each: a file holds a session once
+        histories = [h for session in sessions for h in await read_histories(world, session)]
     text = dump_history(histories)
     if args.out is None:
         sys.stdout.write(text)
@@ -59,7 +60,11 @@ def _files(given: list[str]) -> list[Path]:
             files.extend(found)
         else:
             files.append(path)
-    return files
+    # Once each (a folder and a file in it, a name given twice): a session is loaded once.
+    once: dict[Path, Path] = {}
+    for path in files:
+        once.setdefault(path.resolve(), path)
+    return list(once.values())
 
 
 async def _replay_check(args: argparse.Namespace) -> int:
@@ -75,7 +80,7 @@ async def _replay_check(args: argparse.Namespace) -> int:
         histories.extend(load_history_file(path))
     if args.session:
         async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
-            for session in args.session:
+            for session in dict.fromkeys(args.session):
                 histories.extend(await read_histories(world, session))
     if not histories:
         raise ConfigurationError(
