@@ -40,7 +40,8 @@ def _world_options(folder: Path) -> list[str]:
     return ["--world", "local", "--url", str(folder), "--namespace", NAMESPACE]
 
 
-def test_export_then_replay_check_consistent_and_diverged(tmp_path: Path) -> None:
+def _one_turn_run(tmp_path: Path) -> Path:
+    """A local World (its folder) holding session ``s`` with turn ``t1`` run by a worker."""
     folder = tmp_path / "world"
     anyio.run(_submit, str(folder))
     worker = _world(
@@ -48,6 +49,11 @@ def test_export_then_replay_check_consistent_and_diverged(tmp_path: Path) -> Non
         "--wait", "10", cwd=tmp_path,
     )  # fmt: skip
     assert worker.returncode == 0, worker.stdout + worker.stderr
+    return folder
+
+
+def test_export_then_replay_check_consistent_and_diverged(tmp_path: Path) -> None:
+    folder = _one_turn_run(tmp_path)
     exported = tmp_path / "s.json"
     result = _world("export", "s", *_world_options(folder), "--out", str(exported), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -95,13 +101,7 @@ def test_a_session_named_twice_is_exported_and_checked_once(tmp_path: Path) -> N
     """``world export s s`` wrote the session twice, and replay-check refused that file (and
     a file given twice, or with its folder, or ``--session s --session s``): "session 's'
     already has 5 events ... import a history into an empty session only", exit 2."""
-    folder = tmp_path / "world"
-    anyio.run(_submit, str(folder))
-    worker = _world(
-        "worker", "--agent", "replay_support:build", *_world_options(folder), "--once",
-        "--wait", "10", cwd=tmp_path,
-    )  # fmt: skip
-    assert worker.returncode == 0, worker.stdout + worker.stderr
+    folder = _one_turn_run(tmp_path)
     histories = tmp_path / "histories"
     histories.mkdir()
     exported = histories / "s.json"
