@@ -173,6 +173,8 @@ class Client:
 
         Raises:
             NotFoundError: the turn was never submitted.
+            InvalidArgumentError: the turn has not ended (queued, running, waiting), or bad
+                ids (nothing is written).
         """
         status = await self.status(session_id, turn_id)
         if status not in ("done", "failed", "unknown"):
