@@ -131,6 +131,19 @@ async def test_wait_is_woken_by_the_reply(world: World) -> None:
     assert replies == ["echo"]
 
 
+async def test_wait_with_timeout_0_looks_once(world: World) -> None:
+    """``wait(timeout=0)`` raised TimeoutError for a turn that had replied: the deadline of 0
+    cut the first read. It is a look: the reply or failure if there, else TimeoutError."""
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    with anyio.fail_after(WAIT):
+        await Worker(world, echo_agent(), crash=None).run_once(wait=WAIT)
+    assert await client.wait("s", turn, timeout=0) == "echo"
+    later = await client.submit("s", "again")
+    with pytest.raises(TimeoutError):
+        await client.wait("s", later, timeout=0)
+
+
 async def test_a_failed_turn_is_released_for_a_retry(world: World) -> None:
     def broken(request: ModelRequest) -> ModelReply:
         raise ConnectionError("model down")

@@ -239,7 +239,8 @@ class Client:
         A caller that stops waiting stops nothing: the turn goes on.
 
         Args:
-            timeout: seconds to wait at most; None waits as long as it takes.
+            timeout: seconds to wait at most; None waits as long as it takes; 0 looks once
+                without waiting (the reply, the failure, or ``TimeoutError``).
 
         Raises:
             TurnFailedError: the turn recorded a failure (error class, message, attempts, the
@@ -255,6 +256,14 @@ class Client:
             or timeout < 0
         ):
             raise InvalidArgumentError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+        if timeout == 0:  # a look, not a wait (under a deadline of 0 even the look was cut)
+            found = await self.reply(session_id, turn_id)
+            if found is not None:
+                return found
+            failed = await self.failure(session_id, turn_id)
+            if failed is not None:
+                raise failed
+            raise TimeoutError(f"turn {turn_id!r} of session {session_id!r} has not ended yet")
         with anyio.fail_after(timeout):
             log_id = await turn_log(self._world, session_id, turn_id)
             tail = await self._world.log.tail(log_id)
