@@ -205,8 +205,15 @@ def test_durable_agent_requires_a_label_per_function_tool() -> None:
         DurableAgent(agent, replay={"lookup": "safe", "send": "once"})  # type: ignore[dict-item]
     with pytest.raises(InvalidArgumentError, match="no function tool named 'mail'"):
         DurableAgent(agent, replay={"lookup": "safe", "send": "never", "mail": "never"})
-    with pytest.raises(InvalidArgumentError, match="timeout must be a number"):
-        DurableAgent(agent, replay={"lookup": "safe", "send": "never"}, timeouts={"send": 0})
+    for seconds in (0, float("nan"), float("inf")):  # nan and inf were taken, and refused
+        with pytest.raises(InvalidArgumentError, match="timeout must be a finite number"):
+            DurableAgent(  # by the journal at the first call, failing the turn
+                agent, replay={"lookup": "safe", "send": "never"}, timeouts={"send": seconds}
+            )
+        with pytest.raises(InvalidArgumentError, match="approval_timeout must be a finite"):
+            DurableAgent(
+                agent, replay={"lookup": "safe", "send": "never"}, approval_timeout=seconds
+            )
     with pytest.raises(InvalidArgumentError, match="handoffs"):
         DurableAgent(Agent(name="b", handoffs=[agent]), replay={})
     durable = DurableAgent(agent, replay={"lookup": "safe", "send": "never"})

@@ -75,6 +75,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import json
+import math
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
@@ -665,9 +666,15 @@ class DurableAgent:
         for name, seconds in (timeouts or {}).items():
             if name not in names:
                 raise InvalidArgumentError(f"timeouts names {name!r}, which is no function tool")
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, int | float)
+                or not math.isfinite(seconds)
+                or seconds <= 0
+            ):
                 raise InvalidArgumentError(
-                    f"tool {name!r}: timeout must be a number of seconds > 0, got {seconds!r}"
+                    f"tool {name!r}: timeout must be a finite number of seconds > 0, "
+                    f"got {seconds!r}"
                 )
             self.timeouts[name] = float(seconds)
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
@@ -675,10 +682,11 @@ class DurableAgent:
         if (
             isinstance(approval_timeout, bool)
             or not isinstance(approval_timeout, int | float)
+            or not math.isfinite(approval_timeout)
             or not approval_timeout > 0
         ):
             raise InvalidArgumentError(
-                f"approval_timeout must be a number of seconds > 0, got {approval_timeout!r}"
+                f"approval_timeout must be a finite number of seconds > 0, got {approval_timeout!r}"
             )
         if history_turns is not None and (
             isinstance(history_turns, bool)
