@@ -121,6 +121,36 @@ async def test_an_agent_that_returns_without_finish_fails_the_turn(world: World)
     assert await client.reply("s", turn) is None
 
 
+@pytest.mark.parametrize("after", ["returns", "raises"])
+async def test_a_recorded_reply_ends_the_turn_whatever_the_agent_does_after(
+    world: World, after: str
+) -> None:
+    """The journal's reply is the turn's end. An agent that went on after ``finish`` made the
+    worker report what it did instead: a return value (not even a str) as the reply, which
+    the live ``reply`` event then failed to carry, or an error as a failure of a turn that
+    ``Client.wait`` says replied."""
+
+    class GoesOn(Agent):
+        async def run_turn(self, journal: Journal) -> str:
+            await journal.finish("recorded")
+            if after == "raises":
+                raise RuntimeError("after the reply")
+            return "something else"
+
+    client = Client(world)
+    turn = await client.submit("s", "hello")
+    result = await run_once(Worker(world, GoesOn(model=ScriptedModel(echo)), crash=None))
+    assert (result.status, result.reply, result.error) == ("done", "recorded", None)
+    assert await nothing_queued(world)
+    assert await client.wait("s", turn, timeout=WAIT) == "recorded"
+    assert await client.failure("s", turn) is None
+    ends = []
+    with anyio.fail_after(WAIT):
+        async for event in client.events("s", turn, timeout=WAIT):
+            ends.append((event.type, event.text, event.source))
+    assert ends[-1] == ("reply", "recorded", "stream"), ends
+
+
 async def test_an_unhandled_tool_error_fails_the_turn_at_the_tools_step(world: World) -> None:
     """The failure names the step whose recorded outcome is the error, as the error does."""
 

@@ -554,6 +554,19 @@ class Worker:
                     f"the turn ran longer than turn_timeout={self.turn_timeout:g} s; raise it "
                     "or make the turn shorter"
                 )
+            if journal is not None and journal.recorded_reply is not None:
+                # The reply is recorded: the turn is done with it, whatever the agent code did
+                # after finish (returned something else, raised, ran past turn_timeout). The
+                # journal is what clients read; the result and the live end must say the same.
+                if error is not None:
+                    log.warning(
+                        "turn %s/%s: the agent went on after its reply was recorded and "
+                        "raised %s; the turn is done with that reply",
+                        session_id,
+                        turn_id,
+                        _describe(error),
+                    )
+                error, timed_out, reply = None, False, journal.recorded_reply
             tg.cancel_scope.cancel()
 
         counts: dict[str, Any] = {
