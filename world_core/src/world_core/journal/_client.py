@@ -257,28 +257,32 @@ class Client:
         ):
             raise InvalidArgumentError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         if timeout == 0:  # a look, not a wait (under a deadline of 0 even the look was cut)
-            found = await self.reply(session_id, turn_id)
+            found = await self._ended(session_id, turn_id)
             if found is not None:
                 return found
-            failed = await self.failure(session_id, turn_id)
-            if failed is not None:
-                raise failed
             raise TimeoutError(f"turn {turn_id!r} of session {session_id!r} has not ended yet")
         with anyio.fail_after(timeout):
             log_id = await turn_log(self._world, session_id, turn_id)
             tail = await self._world.log.tail(log_id)
-            found = await self.reply(session_id, turn_id)
+            found = await self._ended(session_id, turn_id)
             if found is not None:
                 return found
-            failed = await self.failure(session_id, turn_id)
-            if failed is not None:
-                raise failed
             async for event in self._world.log.watch(log_id, after=tail):
                 if event.key == f"turn/{turn_id}/reply":
                     return await self._reply_of(session_id, event)
                 if event.key == f"turn/{turn_id}/failure":
                     raise _failure_of(session_id, turn_id, event)
         raise AssertionError("unreachable: watch never ends by itself")
+
+    async def _ended(self, session_id: str, turn_id: str) -> str | None:
+        """The turn's reply, None while it has none; raises its failure if it failed."""
+        found = await self.reply(session_id, turn_id)
+        if found is not None:
+            return found
+        failed = await self.failure(session_id, turn_id)
+        if failed is not None:
+            raise failed
+        return None
 
     def events(
         self,
