@@ -95,6 +95,26 @@ async def test_model_and_tool_steps_append_like_model_and_call(world: World, tur
     assert calls == ["model"]
 
 
+async def test_an_input_in_its_json_form_is_the_step_s(world: World, turn: str) -> None:
+    """An input pydantic turns into JSON (a set, a model, a date) is digested in that form,
+    so it must be recorded in it too: recording the value itself raised a bare TypeError
+    ("Object of type set is not JSON serializable") after the digest had taken it."""
+    journal = await Journal.open(world, "s", turn)
+
+    async def ask(context: ToolContext | None) -> str:
+        return "asked"
+
+    assert await journal.step("model", "chat", ask, input={"tags": {"b"}}) == "asked"
+    assert await journal.step("tool", "look", ask, input={"b"}, replay="never") == "asked"
+    replay = await Journal.open(world, "s", turn)
+
+    async def never(context: ToolContext | None) -> str:
+        raise AssertionError("a recorded step must not run")
+
+    assert await replay.step("model", "chat", never, input={"tags": ["b"]}) == "asked"
+    assert await replay.step("tool", "look", never, input=["b"], replay="never") == "asked"
+
+
 async def test_a_different_step_at_a_position_is_refused(world: World, turn: str) -> None:
     journal = await Journal.open(world, "s", turn)
 

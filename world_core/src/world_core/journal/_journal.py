@@ -954,7 +954,8 @@ class Journal:
         if not callable(fn):
             raise InvalidArgumentError(f"fn must be an async callable, got {fn!r:.80}")
         try:
-            digest = digest_of(to_jsonable_python(input))
+            input = to_jsonable_python(input)  # what is digested is what is recorded
+            digest = digest_of(input)
         except Exception as exc:
             raise InvalidArgumentError(f"step {name!r}: input is not JSON: {exc}") from None
         if kind == "model":
