@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import hashlib
 import logging
 import os
@@ -242,20 +244,42 @@ class _Pool:
     which together cost about as much as the INSERT an append is compared with. This one
     keeps no session state to reset: a connection comes back only after a clean call, and is
     dropped after a fault, a cancellation, or an open transaction.
+
+    Slots are counted here rather than by an ``asyncio.Semaphore``, whose acquire is a
+    coroutine even when a slot is free: ``take`` hands out an idle connection without one
+    (the common case of every call). Waiters are served first come, first served; while one
+    waits no slot is free, so ``take`` never overtakes it.
     """
 
     def __init__(self, connect: Callable[[], Awaitable[Conn]], size: int) -> None:
         self._connect = connect
         self._idle: list[Conn] = []
         self._busy: set[Conn] = set()
-        self._slots = asyncio.Semaphore(size)
+        self._free = size
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.closed = False
 
+    def take(self) -> Conn | None:
+        """An idle connection and its slot at once, or None (no slot is free, or no idle
+        connection is open): then ``acquire``."""
+        if self._free:
+            idle = self._idle
+            while idle:
+                conn = idle.pop()
+                if not conn.is_closed():
+                    self._free -= 1
+                    self._busy.add(conn)
+                    return conn
+        return None
+
     async def acquire(self, within: float) -> Conn:
-        if self._slots.locked():
-            await asyncio.wait_for(self._slots.acquire(), within)
+        conn = self.take()
+        if conn is not None:
+            return conn
+        if self._free:
+            self._free -= 1
         else:
-            await self._slots.acquire()  # free: returns without suspending
+            await self._wait_for_slot(within)
         try:
             while self._idle:
                 conn = self._idle.pop()
@@ -264,10 +288,34 @@ class _Pool:
             else:
                 conn = await self._connect()
         except BaseException:
-            self._slots.release()
+            self._free_slot()
             raise
         self._busy.add(conn)
         return conn
+
+    async def _wait_for_slot(self, within: float) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(within):
+                await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._free_slot()  # handed a slot as this caller gave up: pass it on
+            else:
+                with contextlib.suppress(ValueError):  # already dropped by _free_slot
+                    self._waiters.remove(waiter)
+            raise
+
+    def _free_slot(self) -> None:
+        """Give a slot back: to the first caller still waiting, else to the free ones."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():  # not cancelled
+                waiter.set_result(None)
+                return
+        self._free += 1
 
     def keep(self, conn: Conn) -> None:
         """Add a connection opened outside the pool to its idle ones."""
@@ -279,7 +327,7 @@ class _Pool:
             self._idle.append(conn)
         else:
             conn.terminate()
-        self._slots.release()
+        self._free_slot()
 
     async def close(self) -> None:
         self.closed = True
