@@ -23,6 +23,7 @@ import world_postgres._wait
 from world_core import (
     BackendUnavailableError,
     ConfigurationError,
+    ConflictError,
     DuplicateKeyError,
     LeaseLostError,
     NewEvent,
@@ -295,6 +296,33 @@ async def _until_waiting(conn: asyncpg.Connection, pid: int) -> None:
             await anyio.sleep(0.01)
 
 
+async def _one_event(
+    log: PostgresLog,
+    conn: asyncpg.Connection,
+    statement: str,
+    log_id: str,
+    data: bytes,
+    key: str | None = None,
+) -> list[Any]:
+    """Run on ``conn`` the single-event INSERT named by ``statement``: ``probe`` (_APPEND_ONE,
+    which finds the tail) or ``after`` (_APPEND_AFTER, told the tail event's seq and ctid, read
+    here first as a World's hint would be)."""
+    log_tag = tag("l", log_id)
+    wake = (tag_key(log_tag), log_tag)
+    if statement == "probe":
+        return list(await conn.fetch(log._append_one, log_id, data, key, uuid.uuid4(), None, *wake))
+    seq, ctid = await conn.fetchrow(
+        log._db.sql("SELECT seq, ctid FROM @s@.events WHERE log_id = $1 ORDER BY seq DESC LIMIT 1"),
+        log_id,
+    )
+    return list(
+        await conn.fetch(log._append_after, log_id, data, key, uuid.uuid4(), seq, *wake, ctid)
+    )
+
+
+SINGLE_EVENT_STATEMENTS = pytest.mark.parametrize("statement", ["probe", "after"])
+
+
 @contextlib.asynccontextmanager
 async def _in_transaction_and_other(
     pg_url: str,
@@ -313,8 +341,9 @@ async def _in_transaction_and_other(
         await other.close()
 
 
+@SINGLE_EVENT_STATEMENTS
 async def test_delete_waits_for_a_single_event_append_in_flight(
-    pg_world: PostgresWorld, pg_url: str
+    pg_world: PostgresWorld, pg_url: str, statement: str
 ) -> None:
     """A single-event append is one INSERT that locks the log's tail event, not the advisory
     lock delete_log takes: a delete that starts while one is uncommitted waits for its commit,
@@ -322,18 +351,8 @@ async def test_delete_waits_for_a_single_event_append_in_flight(
     log = pg_world.log
     assert isinstance(log, PostgresLog)
     assert await log.append("d", [NewEvent(data=b"1")]) == 1
-    log_tag = tag("l", "d")
     async with _in_transaction_and_other(pg_url) as (holder, transaction, deleter, deleter_pid):
-        rows = await holder.fetch(
-            log._append_one,
-            "d",
-            b"2",
-            None,
-            uuid.uuid4(),
-            None,
-            tag_key(log_tag),
-            log_tag,
-        )
+        rows = await _one_event(log, holder, statement, "d", b"2")
         assert [row[0] for row in rows] == [2]
         deleted = anyio.Event()
 
@@ -351,8 +370,9 @@ async def test_delete_waits_for_a_single_event_append_in_flight(
         assert await pg_world.log.append("d", [NewEvent(data=b"again")]) == 1
 
 
+@SINGLE_EVENT_STATEMENTS
 async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
-    pg_world: PostgresWorld, pg_url: str
+    pg_world: PostgresWorld, pg_url: str, statement: str
 ) -> None:
     """A single-event append whose snapshot still shows the events an uncommitted delete
     removed waits for the delete's commit, then finds no tail to lock and writes nothing (the
@@ -361,14 +381,12 @@ async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
     assert isinstance(log, PostgresLog)
     for n in range(3):
         await log.append("d", [NewEvent(data=str(n).encode())])
-    log_tag = tag("l", "d")
     async with _in_transaction_and_other(pg_url) as (deleter, transaction, appender, appender_pid):
         await deleter.execute(log._delete, "d")
         rows: list[Any] = []
 
         async def append() -> None:
-            args = ("d", b"late", None, uuid.uuid4(), None, tag_key(log_tag), log_tag)
-            rows.extend(await appender.fetch(log._append_one, *args))
+            rows.extend(await _one_event(log, appender, statement, "d", b"late"))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(append)
@@ -380,8 +398,9 @@ async def test_single_event_append_after_an_uncommitted_delete_finds_no_tail(
         assert [e.data for e in await log.read("d")] == [b"again"]
 
 
+@SINGLE_EVENT_STATEMENTS
 async def test_a_delete_racing_an_append_of_a_taken_key_does_not_deadlock(
-    pg_world: PostgresWorld, pg_url: str
+    pg_world: PostgresWorld, pg_url: str, statement: str
 ) -> None:
     """The window between a single-event append's lock of the tail event and its INSERT's key
     check, held open here by a transaction that appends twice: the second append's key is
@@ -390,10 +409,8 @@ async def test_a_delete_racing_an_append_of_a_taken_key_does_not_deadlock(
     assert isinstance(log, PostgresLog)
     await log.append("d", [NewEvent(data=b"1", key="k")])
     await log.append("d", [NewEvent(data=b"2")])
-    log_tag = tag("l", "d")
     async with _in_transaction_and_other(pg_url) as (holder, transaction, deleter, deleter_pid):
-        args = (None, uuid.uuid4(), None, tag_key(log_tag), log_tag)
-        assert [r[0] for r in await holder.fetch(log._append_one, "d", b"3", *args)] == [3]
+        assert [r[0] for r in await _one_event(log, holder, statement, "d", b"3")] == [3]
         failed: list[BaseException] = []
 
         async def delete() -> None:
@@ -406,10 +423,124 @@ async def test_a_delete_racing_an_append_of_a_taken_key_does_not_deadlock(
             tg.start_soon(delete)
             await _until_waiting(holder, deleter_pid)
             with pytest.raises(asyncpg.UniqueViolationError):
-                await holder.fetch(log._append_one, "d", b"4", "k", *args[1:])
+                await _one_event(log, holder, statement, "d", b"4", "k")
             await transaction.rollback()
         assert failed == []
         assert await log.read("d") == []
+
+
+async def test_a_world_appending_alone_names_its_tail_event(pg_world: PostgresWorld) -> None:
+    """A World appending alone to a log names the event it appended last (_APPEND_AFTER, by
+    its ctid) rather than probing for the tail: once it has appended twice, no probe runs."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    for n in (1, 2):
+        assert await log.append("solo", [NewEvent(data=b"x")]) == n
+    log._append_one = "SELECT 1/0"  # a probe would fail the append
+    for n in (3, 4, 5):
+        assert await log.append("solo", [NewEvent(data=b"x")]) == n
+    assert await log.append("solo", [NewEvent(data=b"y")], expect_tail=5) == 6
+
+
+async def test_a_named_append_whose_reply_was_lost_applies_once(
+    pg_world: PostgresWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The named INSERT (_APPEND_AFTER) committed and its reply was lost: the append goes on
+    under run as a retry, which finds its batch, instead of appending the event again."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    for n in (1, 2):
+        assert await log.append("l", [NewEvent(data=str(n).encode())]) == n
+    original_first_try = Database.first_try
+    named: list[str] = []
+
+    async def lost_reply(
+        self: Database, query: str, args: tuple[object, ...]
+    ) -> tuple[list[Any] | None, bool]:
+        rows, _ = await original_first_try(self, query, args)
+        assert rows, "the first try did not apply"
+        named.append(query)
+        return None, True
+
+    monkeypatch.setattr(Database, "first_try", lost_reply)
+    assert await log.append("l", [NewEvent(data=b"3")]) == 3
+    assert named == [log._append_after]
+    monkeypatch.setattr(Database, "first_try", original_first_try)
+    assert [e.data for e in await log.read("l")] == [b"1", b"2", b"3"]
+    assert await log.append("l", [NewEvent(data=b"4")]) == 4
+
+
+async def test_a_tail_event_another_world_appended_after_is_probed_past(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """The event a World appended last is no longer the tail once another World appended:
+    the named INSERT fails on events_pkey and the probe finds the tail, with or without
+    expect_tail."""
+    other = await connect(url=pg_url, namespace=pg_world.namespace)
+    try:
+        for n in (1, 2, 3):
+            assert await pg_world.log.append("l", [NewEvent(data=b"mine")]) == n
+        assert await other.log.append("l", [NewEvent(data=b"other")]) == 4
+        assert await pg_world.log.append("l", [NewEvent(data=b"mine")]) == 5
+        assert await pg_world.log.append("l", [NewEvent(data=b"mine")], expect_tail=5) == 6
+        assert await other.log.append("l", [NewEvent(data=b"other")]) == 7
+        with pytest.raises(ConflictError) as caught:
+            await pg_world.log.append("l", [NewEvent(data=b"late")], expect_tail=6)
+        assert caught.value.actual == 7
+        assert await pg_world.log.append("l", [NewEvent(data=b"mine")]) == 8
+        events = await pg_world.log.read("l")
+        assert [e.seq for e in events] == list(range(1, 9))
+        assert [e.data for e in events].count(b"other") == 2
+    finally:
+        await other.aclose()
+
+
+async def test_a_tail_event_another_world_deleted_starts_the_log_again(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """The event a World appended last was removed by another World's delete: the named
+    INSERT finds no row, and the log starts again at 1 instead of resuming past a hole."""
+    other = await connect(url=pg_url, namespace=pg_world.namespace)
+    try:
+        for n in (1, 2, 3):
+            assert await pg_world.log.append("l", [NewEvent(data=b"old")]) == n
+        await other.log.delete("l")
+        assert await pg_world.log.append("l", [NewEvent(data=b"new")]) == 1
+        assert [(e.seq, e.data) for e in await pg_world.log.read("l")] == [(1, b"new")]
+    finally:
+        await other.aclose()
+
+
+async def test_a_tail_event_moved_by_vacuum_full_is_found_again(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """VACUUM FULL moves the events: the ctid a World kept for its last event holds another
+    log's event afterwards, which the named INSERT refuses (log and seq checked); the probe
+    finds the tail."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    for _ in range(40):
+        await log.append("filler", [NewEvent(data=b"f")])
+    for n in (1, 2, 3):
+        assert await log.append("moved", [NewEvent(data=b"m")]) == n
+    await log.delete("filler")
+    where = log._db.sql("SELECT ctid FROM @s@.events WHERE log_id = $1 AND seq = $2")
+    conn = await asyncpg.connect(pg_url)
+    try:
+        before = await conn.fetchval(where, "moved", 3)
+        await conn.execute(log._db.sql("VACUUM FULL @s@.events"))
+        assert await conn.fetchval(where, "moved", 3) != before
+        for _ in range(40):
+            await log.append("other", [NewEvent(data=b"o")])
+        holder = await conn.fetchval(
+            log._db.sql("SELECT log_id FROM @s@.events WHERE ctid = $1"), before
+        )
+        assert holder == "other"
+    finally:
+        await conn.close()
+    assert await log.append("moved", [NewEvent(data=b"m")]) == 4
+    assert [e.seq for e in await log.read("moved")] == [1, 2, 3, 4]
+    assert [e.seq for e in await log.read("other")] == list(range(1, 41))
 
 
 async def test_a_duplicate_key_whose_event_a_delete_removed_meanwhile_is_appended(
@@ -742,6 +873,18 @@ async def test_writes_replayed_after_a_lost_reply_apply_once(
         return await original(self, what, lambda conn, _retried: op(conn, True), **how)
 
     monkeypatch.setattr(Database, "run", replay)
+    # A single-event append's first try, outside run, committed too and lost its reply: the
+    # append goes on under run, told that it may have taken effect.
+    original_first_try = Database.first_try
+
+    async def lost_reply(
+        self: Database, query: str, args: tuple[object, ...]
+    ) -> tuple[list[Any] | None, bool]:
+        rows, _ = await original_first_try(self, query, args)
+        assert rows, "the first try did not apply"
+        return None, True
+
+    monkeypatch.setattr(Database, "first_try", lost_reply)
     log, queue, stream = pg_world.log, pg_world.queue, pg_world.stream
 
     assert await log.append("l", [NewEvent(data=b"a"), NewEvent(data=b"b", key="k")]) == 2
@@ -771,4 +914,5 @@ async def test_writes_replayed_after_a_lost_reply_apply_once(
     assert await stream.write("s", [b"3"], expect_next=2) == 3
     await stream.close("s")
     monkeypatch.setattr(Database, "run", original)
+    monkeypatch.setattr(Database, "first_try", original_first_try)
     assert [c.data async for c in stream.read("s")] == [b"1", b"2", b"3"]

@@ -38,6 +38,15 @@ _WATCH_BATCH = 256
 # Appenders racing for the same seq retry at once; this bounds a pathological pile-up.
 _MAX_SEQ_RACES = 10_000
 
+# What the single-event INSERTs below return: the seq, where the event lies (its ctid, which
+# the next append of this World names), and wake()'s work.
+_RETURNING = """
+    RETURNING seq, ctid, CASE
+        WHEN pg_try_advisory_lock(@kr@, $6) THEN pg_advisory_unlock(@kr@, $6)
+        ELSE pg_notify(@channel@, $7::text) IS NOT NULL
+    END
+"""
+
 # One event appended to an existing log without a status or outbox messages, the common case,
 # in one statement instead of a call of append() (whose statements cost about as much as the
 # INSERT itself). It keeps append()'s guarantees: seq is the tail plus one, settled by
@@ -51,7 +60,8 @@ _MAX_SEQ_RACES = 10_000
 # append, or deleted meanwhile) or expect_tail ($5) differs: then append() decides, with
 # nothing written. The tail event, found by the probe that finds the tail, is locked instead
 # of the log's row (schema version 2), which took one more index lookup per append.
-_APPEND_ONE = """
+_APPEND_ONE = (
+    """
     INSERT INTO @s@.events (log_id, seq, key, data, batch)
     SELECT $1, g.seq + 1, $3::text, $2::bytea, $4::uuid
     FROM (
@@ -60,11 +70,39 @@ _APPEND_ONE = """
         ORDER BY e.seq DESC LIMIT 1 FOR KEY SHARE OF e
     ) AS g
     WHERE $5::bigint IS NULL OR $5 = g.seq
-    RETURNING seq, CASE
-        WHEN pg_try_advisory_lock(@kr@, $6) THEN pg_advisory_unlock(@kr@, $6)
-        ELSE pg_notify(@channel@, $7::text) IS NOT NULL
-    END
-"""
+    """
+    + _RETURNING
+)
+
+# _APPEND_ONE with the tail event named instead of probed for: the event this World appended
+# last to the log ($5, the seq it got, or expect_tail when that is the same), fetched by its
+# ctid ($8, where the INSERT put it), which skips the index descent and costs about a quarter
+# less server time (7 of 26 us over a plain INSERT, measured per statement with
+# log_statement_stats). The same event is locked the same way, so delete_log is ordered as for
+# _APPEND_ONE. That the event is the tail is settled by events_pkey: seqs are dense, so when
+# $5 + 1 does not exist, $5 is the tail; when it does (another appender came in between), the
+# INSERT fails with a unique violation and append() probes instead. No row comes back when the
+# event is gone (a delete_log) or the ctid no longer holds it (moved by VACUUM FULL or CLUSTER,
+# or its slot reused): the seq and log checks refuse any other event, and the probe follows.
+# A World names an event only while it has seen nobody else append to the log (_appended), so
+# a log with several writers is probed, after one refused statement each time a writer that
+# was appending alone meets another.
+_APPEND_AFTER = (
+    """
+    INSERT INTO @s@.events (log_id, seq, key, data, batch)
+    SELECT $1, g.seq + 1, $3::text, $2::bytea, $4::uuid
+    FROM (
+        SELECT e.seq, pg_advisory_xact_lock_shared(@kw@, $6::integer) AS writer
+        FROM @s@.events e WHERE e.ctid = $8::tid AND e.log_id = $1 AND e.seq = $5::bigint
+        FOR KEY SHARE OF e
+    ) AS g
+    """
+    + _RETURNING
+)
+
+# How many logs a World keeps the last appended event of (their _APPEND_AFTER hints); past
+# that, the log appended to least recently is forgotten (its next append probes).
+_TAILS = 4096
 
 
 @functools.lru_cache(maxsize=4096)
@@ -80,6 +118,10 @@ class PostgresLog(Log):
         self._listener = listener
         sql = db.sql
         self._append_one = sql(_APPEND_ONE)
+        self._append_after = sql(_APPEND_AFTER)
+        # Per log: the seq and ctid of the event this World appended last, and whether it may
+        # be taken for the tail (nobody else was seen appending since): _APPEND_AFTER's hint.
+        self._tails: dict[str, tuple[int, tuple[int, int], bool]] = {}
         self._append = sql(
             "SELECT o_tail, o_actual, o_dup_seq, o_dup_key, o_dup_data FROM @s@.append("
             "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
@@ -117,10 +159,31 @@ class PostgresLog(Log):
         # .bytes it is encoded from cost about 15 us of CPU per append (measured).
         batch = os.urandom(16).hex()
         log_tag, log_key = _log_tag(log_id)
+        # The arguments of _APPEND_AFTER and _APPEND_ONE, for a single event.
+        after: tuple[object, ...] | None = None
         one: tuple[object, ...] | None = None
+        previous: int | None = None  # the seq of this World's last append to the log
+        retried = False
         if len(events) == 1 and status is None and not messages:
             event = events[0]
             one = (log_id, event.data, event.key, batch, expect_tail, log_key, log_tag)
+            # Taken out while this append runs: a concurrent one of this World probes.
+            tail = self._tails.pop(log_id, None)
+            if tail is not None:
+                previous = tail[0]
+            if tail is not None and tail[2] and (expect_tail is None or expect_tail == previous):
+                after = (log_id, event.data, event.key, batch, previous, log_key, log_tag, tail[1])
+            rows, retried = await self._db.first_try(
+                self._append_after if after is not None else self._append_one,
+                after if after is not None else one,
+            )
+            if rows:
+                return self._appended(log_id, rows[0], previous, named=after is not None)
+            # Then, under run, the probe (after the named statement, or a probe that failed or
+            # found no idle connection), or append() at once after a probe that found no row
+            # (no tail, or expect_tail differs).
+            if after is None and rows is not None:
+                one = None
         # append()'s arguments before and after p_retry, built only when it is called.
         head: tuple[object, ...] = ()
         rest: tuple[object, ...] = ()
@@ -133,7 +196,7 @@ class PostgresLog(Log):
                     if one is not None and not retried:
                         rows = await conn.fetch(self._append_one, *one)
                         if rows:
-                            return int(rows[0][0])
+                            return self._appended(log_id, rows[0], previous, named=False)
                     if not head:
                         head, rest = _append_arguments(
                             log_id, events, expect_tail, status, batch, log_tag, messages
@@ -168,7 +231,26 @@ class PostgresLog(Log):
                 "nothing was written, retry later"
             )
 
-        return await self._db.run("append", op)
+        return await self._db.run("append", op, retried=retried)
+
+    def _appended(
+        self, log_id: str, row: asyncpg.Record, previous: int | None, *, named: bool
+    ) -> int:
+        """Keep the event just appended (``row``: seq, ctid) as the log's hint, unless another
+        append of this World kept a later one meanwhile; returns its seq. The hint is trusted
+        (named next time) after a named append, or when nobody else appended since this
+        World's ``previous`` one (or there was none to compare with)."""
+        seq = int(row[0])
+        trusted = named or previous is None or previous == seq - 1
+        tails = self._tails
+        kept = tails.get(log_id)
+        if kept is None:
+            if len(tails) >= _TAILS:
+                del tails[next(iter(tails))]  # appended to least recently: kept in that order
+            tails[log_id] = (seq, row[1], trusted)
+        elif kept[0] < seq:
+            tails[log_id] = (seq, row[1], trusted)
+        return seq
 
     @staticmethod
     def _duplicate(log_id: str, existing: Event) -> DuplicateKeyError:
@@ -281,6 +363,7 @@ class PostgresLog(Log):
 
     async def delete(self, log_id: str) -> None:
         validate_id(log_id, "log_id")
+        self._tails.pop(log_id, None)
 
         async def op(conn: Conn, retried: bool) -> None:
             await conn.execute(self._delete, log_id)
