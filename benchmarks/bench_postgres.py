@@ -8,14 +8,15 @@ One run prints a table and one JSON line:
 
 * append: ``Log.append`` of one 256-byte event against the floor, one raw asyncpg INSERT of the
   same bytes into a (log_id, seq) table, each committed on its own. Samples are interleaved,
-  each pair in a random order, so drift on a shared machine hits both alike. The next row is
-  the profile of what remains: the World's own single-event INSERT through the raw driver,
-  interleaved the same way with a floor of its own (its ratio is the server's part: seq probe,
-  row lock, wake; the rest of the append's ratio is the client's: pool, retries, validation,
-  building the NewEvent), and this process's CPU time per call (``time.process_time`` around
-  each call, read outside the wall clock's window) for the floor and the append: the client's
-  part in microseconds. Building the ``NewEvent`` is inside the append's timed section (it is
-  what a caller of ``Log.append`` pays; the floor's bytes and the append's are prebuilt).
+  each pair in a random order, so drift on a shared machine hits both alike. The next row is the
+  profile of what remains: the World's own single-event INSERT through the raw driver,
+  interleaved the same way with a floor of its own (its ratio is the server's part: the tail
+  event's fetch by its ctid and its row lock, wake; the rest of the append's ratio is the
+  client's: pool, retries, validation, building the NewEvent), and this process's CPU time per
+  call (``time.process_time`` around each call, read outside the wall clock's window) for the
+  floor and the append: the client's part in microseconds. Building the ``NewEvent`` is inside
+  the append's timed section (it is what a caller of ``Log.append`` pays; the floor's bytes and
+  the append's are prebuilt).
 * queue: messages per second through enqueue then claim + ack, with 1 and 8 concurrent
   producers and workers in this process (claim takes one message per call, like procrastinate's
   fetch), against procrastinate deferring and running the same number of no-op jobs with the
@@ -126,10 +127,20 @@ async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str,
         async def append_one() -> None:
             await world.log.append("bench-log", [NewEvent(data=data)])
 
+        named: list[Any] = []  # the seq and ctid of the event statement_one appended last
+
         async def statement_one() -> None:
-            args = ("bench-raw", data, None, os.urandom(16).hex(), None, wake_key, wake_tag)
-            rows = await raw.fetch(log._append_one, *args)
+            # As Log.append appending alone to a log: the INSERT naming the event it appended
+            # last (_APPEND_AFTER), after one probe for the tail (_APPEND_ONE).
+            head = ("bench-raw", data, None, os.urandom(16).hex())
+            if named:
+                rows = await raw.fetch(
+                    log._append_after, *head, named[0], wake_key, wake_tag, named[1]
+                )
+            else:
+                rows = await raw.fetch(log._append_one, *head, None, wake_key, wake_tag)
             assert rows, "the single-event INSERT found no tail event"
+            named[:] = rows[0][:2]
 
         # The first 100 of each phase warm up: connections, prepared statements, plans.
         for seq in range(1, 101 + rounds):
@@ -141,9 +152,10 @@ async def bench_append(world: PostgresWorld, url: str, rounds: int) -> dict[str,
                 append.append(append_took[0])
                 floor_cpu.append(floor_took[1])
                 append_cpu.append(append_took[1])
-        # The statement Log.append sends for one event (log, data, key, batch, expect_tail,
-        # wake key, wake tag; see _log.py), on a connection of its own, against a floor of
-        # its own: a third call in the loop above would change what precedes the floor.
+        # The statement Log.append sends for one event (log, data, key, batch, the seq of the
+        # event it names, wake key, wake tag, that event's ctid; see _log.py), on a connection
+        # of its own, against a floor of its own: a third call in the loop above would change
+        # what precedes the floor.
         for seq in range(101 + rounds, 201 + 2 * rounds):
             floor_took, statement_took = await _pair(
                 rng, functools.partial(floor_one, seq), statement_one
