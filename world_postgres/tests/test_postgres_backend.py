@@ -910,6 +910,23 @@ async def test_writes_replayed_after_a_lost_reply_apply_once(
     await queue.requeue("dead", letter.message_id)
     assert len(await queue.claim("dead", "w", lease=30, limit=10)) == 1
 
+    # Enqueues and acks made at once, merged into one statement after the first (_merge.py).
+    ids: list[str] = []
+
+    async def enqueue(n: int) -> None:
+        ids.append(await queue.enqueue("m", b"%d" % n, dedup_key="k" if n == 3 else None))
+
+    async with anyio.create_task_group() as group:
+        for n in range(5):
+            group.start_soon(enqueue, n)
+    assert len(set(ids)) == 5
+    leases = await queue.claim("m", "w", lease=30, limit=10)
+    assert sorted(lease.payload for lease in leases) == [b"%d" % n for n in range(5)]
+    async with anyio.create_task_group() as group:
+        for lease in leases:
+            group.start_soon(queue.ack, lease)
+    assert await queue.claim("m", "w", lease=30, limit=10) == []
+
     assert await stream.write("s", [b"1", b"2"]) == 2
     assert await stream.write("s", [b"3"], expect_next=2) == 3
     await stream.close("s")

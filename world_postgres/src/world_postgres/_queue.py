@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 
 from world_core.errors import LeaseLostError, NotFoundError
 from world_core.spi import (
@@ -20,6 +21,7 @@ from world_core.spi import (
     validate_renew,
 )
 from world_postgres._db import Conn, Database, tag
+from world_postgres._merge import Merged
 from world_postgres._notify import Listener
 from world_postgres._wait import Waiter
 
@@ -27,6 +29,10 @@ __all__ = ["PostgresQueue"]
 
 # While visible messages exist but other claimers hold them all, look again this often.
 _BUSY_RETRY_SECONDS = 0.02
+
+
+_Enqueue = tuple[str, str, bytes, float, int, str | None]
+"""An enqueue's message id, queue, payload, delay, max_attempts and dedup key."""
 
 
 def _token(lease: Lease) -> uuid.UUID | None:
@@ -41,7 +47,12 @@ class PostgresQueue(Queue):
         self._db = db
         self._listener = listener
         sql = db.sql
+        # Enqueues made at once (many producing tasks) are one statement: see _merge.py.
         self._enqueue = sql("SELECT @s@.enqueue($1, $2, $3, $4, $5, $6, $7)")
+        self._enqueue_many = sql("SELECT @s@.enqueue_batch($1, $2, $3, $4, $5, $6, $7)")
+        self._enqueues: Merged[_Enqueue, str | None] = Merged(
+            db, "enqueue", self._enqueue_one, self._enqueue_batch
+        )
         # Exhausted messages among the picked ones are dead-lettered and come back flagged, so
         # the caller claims again for the rest instead of this scanning the whole queue. When
         # it picks nothing, one row says in how many seconds the soonest message is visible
@@ -92,6 +103,25 @@ class PostgresQueue(Queue):
         )
         self._ack = sql("DELETE FROM @s@.messages WHERE id = $1 AND queue = $2 AND token = $3")
         self._exists = sql("SELECT 1 FROM @s@.messages WHERE id = $1 AND queue = $2")
+        # Acks made at once (a worker finishing a claimed batch) are one statement: see
+        # _merge.py. The id array leads the plan to the primary key, whatever the batch size.
+        self._ack_many = sql(
+            """
+            DELETE FROM @s@.messages m
+            WHERE m.id = ANY ($1::text[]) AND (m.id, m.queue, m.token) IN (
+                SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[]))
+            RETURNING m.id, m.token::text
+            """
+        )
+        self._existing = sql(
+            """
+            SELECT u.id FROM unnest($1::text[], $2::text[]) AS u (id, queue)
+            WHERE EXISTS (SELECT 1 FROM @s@.messages m WHERE m.id = u.id AND m.queue = u.queue)
+            """
+        )
+        self._acks: Merged[tuple[str, str, str], bool] = Merged(
+            db, "ack", self._ack_one, self._ack_batch, absent=lambda: False
+        )
         # The last token is kept so that a retried release can tell it already happened.
         self._release = sql(
             """
@@ -151,27 +181,32 @@ class PostgresQueue(Queue):
         validate_enqueue(
             queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
         )
-        message_id = uuid.uuid4().hex  # chosen here, so a retried enqueue adds nothing twice
-        queue_tag = tag("q", queue)
-
-        async def op(conn: Conn, retried: bool) -> str | None:
-            result: str | None = await conn.fetchval(
-                self._enqueue,
-                message_id,
-                queue,
-                payload,
-                float(delay),
-                max_attempts,
-                dedup_key,
-                queue_tag,
-            )
-            return result
-
+        # The id is chosen here, so a retried enqueue adds nothing twice.
+        item = (uuid.uuid4().hex, queue, payload, float(delay), max_attempts, dedup_key)
         while True:
             # None: the live message holding the dedup key was acked in between; add ours.
-            found = await self._db.run("enqueue", op)
+            found = await self._enqueues.call(item)
             if found is not None:
                 return found
+
+    async def _enqueue_one(self, conn: Conn, retried: bool, item: _Enqueue) -> str | None:
+        found: str | None = await conn.fetchval(self._enqueue, *item, tag("q", item[1]))
+        return found
+
+    async def _enqueue_batch(
+        self, conn: Conn, retried: bool, items: Sequence[_Enqueue]
+    ) -> list[str | None]:
+        found: list[str | None] = await conn.fetchval(
+            self._enqueue_many,
+            [item[0] for item in items],
+            [item[1] for item in items],
+            [item[2] for item in items],
+            [item[3] for item in items],
+            [item[4] for item in items],
+            [item[5] for item in items],
+            [tag("q", item[1]) for item in items],
+        )
+        return found
 
     async def claim(
         self,
@@ -240,6 +275,11 @@ class PostgresQueue(Queue):
             if not dead or len(leases) >= limit:
                 return leases, soonest
 
+    async def aclose(self) -> None:
+        """Wait for merged enqueues and acks in flight (after the pool closed)."""
+        await self._enqueues.aclose()
+        await self._acks.aclose()
+
     async def renew(self, lease: Lease, duration: float) -> Lease:
         validate_renew(lease, duration)
         token = _token(lease)
@@ -260,20 +300,43 @@ class PostgresQueue(Queue):
     async def ack(self, lease: Lease) -> None:
         validate_lease(lease)
         token = _token(lease)
-
-        async def op(conn: Conn, retried: bool) -> bool:
-            if token is None:
-                return False
-            status = await conn.execute(self._ack, lease.message_id, lease.queue, token)
-            if status != "DELETE 0":
-                return True
-            # A retry whose first try committed finds the message gone.
-            if not retried:
-                return False
-            return await conn.fetchval(self._exists, lease.message_id, lease.queue) is None
-
-        if not await self._db.run("ack", op, absent=lambda: False):
+        if token is None:
+            self._db.check_open("ack")
             raise self._lost(lease, "ack")
+        if not await self._acks.call((lease.message_id, lease.queue, str(token))):
+            raise self._lost(lease, "ack")
+
+    async def _ack_one(self, conn: Conn, retried: bool, item: tuple[str, str, str]) -> bool:
+        message_id, queue, token = item
+        status = await conn.execute(self._ack, message_id, queue, token)
+        if status != "DELETE 0":
+            return True
+        # A retry whose first try committed finds the message gone.
+        return retried and await conn.fetchval(self._exists, message_id, queue) is None
+
+    async def _ack_batch(
+        self, conn: Conn, retried: bool, items: Sequence[tuple[str, str, str]]
+    ) -> list[bool]:
+        """Whether each (message id, queue, token) was acked; of two acks of one lease in a
+        batch, the first is."""
+        ids = [item[0] for item in items]
+        queues = [item[1] for item in items]
+        rows = await conn.fetch(self._ack_many, ids, queues, [item[2] for item in items])
+        deleted = {(row[0], row[1]) for row in rows}
+        acked: list[bool] = []
+        for message_id, _, token in items:
+            acked.append((message_id, token) in deleted)
+            deleted.discard((message_id, token))
+        if retried and not all(acked):
+            # A retry whose first try committed finds the message gone.
+            left = [i for i, ok in enumerate(acked) if not ok]
+            rows = await conn.fetch(
+                self._existing, [ids[i] for i in left], [queues[i] for i in left]
+            )
+            existing = {row[0] for row in rows}
+            for i in left:
+                acked[i] = ids[i] not in existing
+        return acked
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
         delay = validate_release(lease, delay)

@@ -324,4 +324,58 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             """,
         ],
     ),
+    (
+        "enqueue_batch: the enqueues a process makes at once, in one statement",
+        [
+            # Concurrent enqueues of one World are merged into one call (_merge.py). Each item
+            # answers as enqueue() does: its own id when inserted (or already there: a retry
+            # whose first try committed), else the id of the live message holding its dedup
+            # key, looked up by a later statement so that it sees a holder that committed
+            # while the INSERT waited for it, else NULL (that holder is gone: the client tries
+            # again). Two items of one batch with one dedup key: the first is inserted, the
+            # second finds it. Items are inserted in their order, so seq follows it; each tag
+            # with an inserted ready message is woken once.
+            """
+            CREATE FUNCTION @s@.enqueue_batch(
+                p_ids text[], p_queues text[], p_payloads bytea[], p_delays float8[],
+                p_max integer[], p_dedup text[], p_tags text[])
+            RETURNS text[] LANGUAGE plpgsql AS $fn$
+            DECLARE
+                added text[];
+                tags text[];
+                found text[];
+                t text;
+            BEGIN
+                WITH ins AS (
+                    INSERT INTO @s@.messages
+                        (id, queue, payload, visible_at, max_attempts, dedup_key)
+                    SELECT u.id, u.q, u.p, now() + u.d * interval '1 second', u.x, u.k
+                    FROM unnest(p_ids, p_queues, p_payloads, p_delays, p_max, p_dedup)
+                        WITH ORDINALITY AS u (id, q, p, d, x, k, i)
+                    ORDER BY u.i
+                    ON CONFLICT DO NOTHING
+                    RETURNING id
+                )
+                SELECT array_agg(u.id), array_agg(DISTINCT u.t) FILTER (WHERE u.d = 0)
+                INTO added, tags
+                FROM ins JOIN unnest(p_ids, p_tags, p_delays) AS u (id, t, d) ON u.id = ins.id;
+                IF cardinality(added) = cardinality(p_ids) THEN
+                    found := p_ids;
+                ELSE
+                    SELECT array_agg(CASE WHEN u.id = ANY (added) THEN u.id ELSE coalesce(
+                        (SELECT m.id FROM @s@.messages m WHERE m.id = u.id),
+                        (SELECT m.id FROM @s@.messages m WHERE m.queue = u.q
+                         AND m.dedup_key = u.k AND m.dead_at IS NULL)) END ORDER BY u.i)
+                    INTO found
+                    FROM unnest(p_ids, p_queues, p_dedup) WITH ORDINALITY AS u (id, q, k, i);
+                END IF;
+                FOREACH t IN ARRAY coalesce(tags, '{}') LOOP
+                    PERFORM @s@.wake(t);
+                END LOOP;
+                RETURN found;
+            END
+            $fn$
+            """,
+        ],
+    ),
 ]

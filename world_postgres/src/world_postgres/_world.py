@@ -77,7 +77,7 @@ class PostgresWorld(World):
         self._db = db
         self._listener = Listener(db)
         self.log = PostgresLog(db, self._listener)
-        self.queue = PostgresQueue(db, self._listener)
+        self.queue = self._queue = PostgresQueue(db, self._listener)
         self.stream = PostgresStream(db, self._listener)
         self._closed = False
 
@@ -110,6 +110,7 @@ class PostgresWorld(World):
         self._closed = True
         await self._listener.aclose()
         await self._db.close()
+        await self._queue.aclose()
 
     def __repr__(self) -> str:
         return f"PostgresWorld(url={self._db.where!r}, namespace={self.namespace!r})"
