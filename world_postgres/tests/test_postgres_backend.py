@@ -933,3 +933,37 @@ async def test_writes_replayed_after_a_lost_reply_apply_once(
     monkeypatch.setattr(Database, "run", original)
     monkeypatch.setattr(Database, "first_try", original_first_try)
     assert [c.data async for c in stream.read("s")] == [b"1", b"2", b"3"]
+
+
+async def test_claims_reuse_their_plan_once_the_queue_has_statistics(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """With its LIMIT a parameter, the claim's generic plan had to guess it, was always dearer
+    than a custom one, and PostgreSQL planned every claim anew once the table was analyzed."""
+    other = await asyncpg.connect(pg_url)
+    try:
+        # As many messages as a busy queue holds, made fast, and the statistics autovacuum
+        # would gather.
+        await pg_world.queue.enqueue("q", b"first")
+        await other.execute(
+            f'INSERT INTO "world_{pg_world.namespace}".messages (id, queue, payload, visible_at,'
+            " max_attempts) SELECT g::text, 'q', '', now(), 10 FROM generate_series(1, $1) g",
+            2000,
+        )
+        await other.execute(f'ANALYZE "world_{pg_world.namespace}".messages')
+    finally:
+        await other.close()
+    for _ in range(10):  # one at a time: each on the pool's most recently used connection
+        assert len(await pg_world.queue.claim("q", "w", lease=30)) == 1
+
+    async def plans(conn: Any, retried: bool) -> list[Any]:
+        return list(
+            await conn.fetch(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE strpos(statement, $1) > 0",
+                "FOR UPDATE SKIP LOCKED",
+            )
+        )
+
+    ((generic, custom),) = await pg_world._db.run("plans", plans)
+    assert (generic, custom) == (5, 5), "PostgreSQL switches to the generic plan after 5"

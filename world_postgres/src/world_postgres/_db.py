@@ -398,8 +398,8 @@ class Database:
     def sql(self, text: str) -> str:
         """``text`` with its placeholders filled: the schema (``@s@``, and ``@s_literal@`` as a
         string), the NOTIFY channel and the advisory-lock classes. These, all derived from the
-        validated namespace, are the only values ever spliced into SQL; the rest are
-        parameters."""
+        validated namespace, are the only values ever spliced into SQL besides a claim's count
+        (an int, see ``PostgresQueue._claim_sql``); the rest are parameters."""
         return (
             text.replace("@s@", self.schema)
             .replace("@s_literal@", quote_literal(self.schema_name))
