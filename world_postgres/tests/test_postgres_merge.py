@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from world_core import ClosedError, Lease, LeaseLostError
+from world_core.spi import MAX_PAYLOAD_BYTES
 from world_postgres import PostgresWorld, connect
 from world_postgres._db import Database
 
@@ -86,6 +87,23 @@ async def test_enqueues_made_at_once_share_a_statement_and_keep_their_order(
     # The merged ones are handed out in the order they were made.
     merged = [int(lease.payload) for lease in leases if lease.payload != b"0"]
     assert merged == list(range(1, 20))
+
+
+async def test_merged_payloads_stay_within_what_one_call_may_carry(
+    pg_world: PostgresWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = b"x" * (MAX_PAYLOAD_BYTES * 5 // 8)  # two of them would be more than one call's
+    with counting(monkeypatch) as counts:
+        async with anyio.create_task_group() as group:
+            group.start_soon(pg_world.queue.enqueue, "q", b"alone")
+            for _ in range(3):
+                group.start_soon(pg_world.queue.enqueue, "q", big)
+            for _ in range(3):
+                group.start_soon(pg_world.queue.enqueue, "q", b"small")
+    # The three big ones one a statement, the small ones with the last of them.
+    assert counts == {"enqueue": 4}
+    leases = await pg_world.queue.claim("q", "w", lease=120, limit=10)
+    assert sorted(len(lease.payload) for lease in leases) == [5, 5, 5, 5] + [len(big)] * 3
 
 
 async def test_merged_acks_of_one_lease_one_wins(

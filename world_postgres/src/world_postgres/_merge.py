@@ -24,9 +24,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 from world_core.errors import ClosedError
+from world_core.spi import MAX_PAYLOAD_BYTES
 from world_postgres._db import Conn, Database
 
-__all__ = ["MAX_MERGED", "Merged"]
+__all__ = ["MAX_MERGED", "MAX_MERGED_BYTES", "Merged"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -34,6 +35,11 @@ R = TypeVar("R")
 MAX_MERGED = 256
 """Most items in one statement: a burst of thousands becomes several statements, each holding
 its row locks for a bounded time."""
+
+MAX_MERGED_BYTES = MAX_PAYLOAD_BYTES
+"""Most payload bytes in one statement (items that carry some: ``weight``), what one call may
+carry, so that merged payloads stay far below PostgreSQL's 1 GB limit on one value or
+message; an item alone may reach it."""
 
 One = Callable[[Conn, bool, T], Awaitable[R]]
 """Runs one item on a connection (``retried`` as for ``Database.run``)."""
@@ -51,6 +57,7 @@ class Merged(Generic[T, R]):
         many: runs several items in one statement.
         absent: the result of each item when the namespace has no storage (see
             ``Database.run``); None for a call that stores something.
+        weight: an item's payload bytes, bounded per statement by MAX_MERGED_BYTES.
         max_inflight: merged statements on the wire at once (connections they take).
     """
 
@@ -62,6 +69,7 @@ class Merged(Generic[T, R]):
         many: Many[T, R],
         *,
         absent: Callable[[], R] | None = None,
+        weight: Callable[[T], int] | None = None,
         max_inflight: int = 2,
     ) -> None:
         self._db = db
@@ -69,6 +77,7 @@ class Merged(Generic[T, R]):
         self._one = one
         self._many = many
         self._absent = absent
+        self._weight = weight
         self._max_inflight = max_inflight
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
         self._inflight = 0
@@ -116,14 +125,30 @@ class Merged(Generic[T, R]):
         """Start a statement of what is pending, if one may start now."""
         self._flush_scheduled = False
         while self._pending and self._inflight < self._max_inflight:
-            live = [(i, f) for i, f in self._pending[:MAX_MERGED] if not f.done()]
-            del self._pending[:MAX_MERGED]
+            live = self._take()
             if not live:
                 continue
             self._inflight += 1
             task = asyncio.get_running_loop().create_task(self._send(live))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _take(self) -> list[tuple[T, asyncio.Future[R]]]:
+        """The next statement's items, in order: at most MAX_MERGED, and MAX_MERGED_BYTES of
+        payload unless one item alone has more; those whose caller was cancelled are dropped."""
+        taken: list[tuple[T, asyncio.Future[R]]] = []
+        size = 0
+        used = 0
+        for item, future in self._pending:
+            if not future.done():
+                weight = 0 if self._weight is None else self._weight(item)
+                if len(taken) == MAX_MERGED or (taken and size + weight > MAX_MERGED_BYTES):
+                    break
+                taken.append((item, future))
+                size += weight
+            used += 1
+        del self._pending[:used]
+        return taken
 
     async def _send(self, live: list[tuple[T, asyncio.Future[R]]]) -> None:
         try:

@@ -51,7 +51,7 @@ class PostgresQueue(Queue):
         self._enqueue = sql("SELECT @s@.enqueue($1, $2, $3, $4, $5, $6, $7)")
         self._enqueue_many = sql("SELECT @s@.enqueue_batch($1, $2, $3, $4, $5, $6, $7)")
         self._enqueues: Merged[_Enqueue, str | None] = Merged(
-            db, "enqueue", self._enqueue_one, self._enqueue_batch
+            db, "enqueue", self._enqueue_one, self._enqueue_batch, weight=lambda item: len(item[2])
         )
         # Exhausted messages among the picked ones are dead-lettered and come back flagged, so
         # the caller claims again for the rest instead of this scanning the whole queue. When
