@@ -24,7 +24,12 @@ One run prints a table and one JSON line:
   PgQueuer (a batching queue: one queue manager per worker, each on its own connection,
   fetching 10 jobs a round trip, in drain mode) on a database of its own. Against PgQueuer our
   workers batch too: each claims up to 10 messages a call (``claim(limit=10)``) and acks that
-  claim's leases concurrently, one call each (PgQueuer also buffers its completions).
+  claim's leases concurrently, one call each, which the World merges into a statement or two
+  (PgQueuer buffers its completions and writes 10 at a time). Both sides enqueue one message a
+  call from 8 producers (the World merges calls made at once, see world_postgres/_merge.py),
+  run a no-op per message, and commit everything durably (logged tables, the server's
+  ``synchronous_commit``); PgQueuer also writes a log row per status change and NOTIFYs from
+  each statement that changes its queue table, which is its design, not this script's doing.
 * stream: latency from the start of a 64-byte ``Stream.write`` to a live reader (another task,
   woken through LISTEN/NOTIFY) yielding the chunk.
 
