@@ -17,6 +17,7 @@ from world_core import ClosedError, Lease, LeaseLostError
 from world_core.spi import MAX_PAYLOAD_BYTES
 from world_postgres import PostgresWorld, connect
 from world_postgres._db import Database
+from world_postgres._queue import PostgresQueue
 
 pytestmark = pytest.mark.anyio
 
@@ -238,3 +239,62 @@ async def test_closing_the_world_fails_merged_calls(pg_url: str) -> None:
         await reopened.purge()
         await reopened.aclose()
         await world.aclose()
+
+
+async def test_merged_enqueues_of_dedup_keys_in_opposite_orders_do_not_deadlock(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """Two statements each inserting keys k1 and k2, in opposite orders, while a third
+    transaction holds k2: inserted in the callers' order, the one that gets k2 after the
+    third's rollback may then wait for k1, held by the other, which waits for its k2 (a
+    deadlock, broken by PostgreSQL after deadlock_timeout with an error). In key order, both
+    take k1 first."""
+    queue = pg_world.queue
+    assert isinstance(queue, PostgresQueue)
+    await queue.enqueue("q", b"makes the schema")
+    schema = f'"world_{pg_world.namespace}"'
+    holder: Any = await asyncpg.connect(pg_url)
+    first: Any = await asyncpg.connect(pg_url)
+    second: Any = await asyncpg.connect(pg_url)
+    observer: Any = await asyncpg.connect(pg_url)
+
+    def items(keys: list[str]) -> list[tuple[str, str, bytes, float, int, str | None]]:
+        return [(secrets.token_hex(16), "q", b"m", 0.0, 10, key) for key in keys]
+
+    async def waiting(pid: int) -> None:
+        with anyio.fail_after(WAIT):
+            for _ in itertools.count():
+                if await observer.fetchval("SELECT cardinality(pg_blocking_pids($1)) > 0", pid):
+                    return
+                await anyio.sleep(0.01)
+
+    found: dict[str, list[str | None]] = {}
+
+    async def enqueue(name: str, conn: Any, keys: list[str]) -> None:
+        found[name] = await queue._enqueue_batch(conn, False, items(keys))
+
+    try:
+        first_pid = await first.fetchval("SELECT pg_backend_pid()")
+        second_pid = await second.fetchval("SELECT pg_backend_pid()")
+        for round_ in range(8):  # each round deadlocks in the callers' order about half the time
+            keys = [f"k1-{round_}", f"k2-{round_}"]
+            transaction = holder.transaction()
+            await transaction.start()
+            await holder.execute(
+                f"INSERT INTO {schema}.messages (id, queue, payload, visible_at, max_attempts,"
+                " dedup_key) VALUES ($1, 'q', '', now(), 10, $2)",
+                secrets.token_hex(16),
+                keys[1],
+            )
+            with anyio.fail_after(WAIT):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(enqueue, "first", first, keys)
+                    await waiting(first_pid)
+                    group.start_soon(enqueue, "second", second, keys[::-1])
+                    await waiting(second_pid)
+                    await transaction.rollback()
+            # One message a key, whoever inserted it.
+            assert found["first"] == found["second"][::-1]
+    finally:
+        for conn in (holder, first, second, observer):
+            await conn.close()

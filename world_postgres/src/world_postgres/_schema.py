@@ -333,8 +333,12 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             # key, looked up by a later statement so that it sees a holder that committed
             # while the INSERT waited for it, else NULL (that holder is gone: the client tries
             # again). Two items of one batch with one dedup key: the first is inserted, the
-            # second finds it. Items are inserted in their order, so seq follows it; each tag
-            # with an inserted ready message is woken once.
+            # second finds it. Items are inserted in order of queue and dedup key, so that two
+            # batches take the keys' index entries in one order and never wait for each other
+            # in a circle (each would wait for the other's commit), then in the order they came:
+            # seq follows that order. The calls of a batch were all in flight at once, so any
+            # order among them is an enqueue order. Each tag with an inserted ready message is
+            # woken once, in tag order.
             """
             CREATE FUNCTION @s@.enqueue_batch(
                 p_ids text[], p_queues text[], p_payloads bytea[], p_delays float8[],
@@ -352,7 +356,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                     SELECT u.id, u.q, u.p, now() + u.d * interval '1 second', u.x, u.k
                     FROM unnest(p_ids, p_queues, p_payloads, p_delays, p_max, p_dedup)
                         WITH ORDINALITY AS u (id, q, p, d, x, k, i)
-                    ORDER BY u.i
+                    ORDER BY u.q, u.k, u.i
                     ON CONFLICT DO NOTHING
                     RETURNING id
                 )
