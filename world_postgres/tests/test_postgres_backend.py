@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import secrets
 import subprocess
 import sys
@@ -967,3 +968,39 @@ async def test_claims_reuse_their_plan_once_the_queue_has_statistics(
 
     ((generic, custom),) = await pg_world._db.run("plans", plans)
     assert (generic, custom) == (5, 5), "PostgreSQL switches to the generic plan after 5"
+
+
+async def test_a_claim_reads_only_its_rows_when_the_statistics_are_stale(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """Statistics taken while the queue was empty (autovacuum's, between two bursts) made the
+    planner drive the claim's UPDATE by a scan of the whole primary key, joined to the picked
+    rows: 8 ms instead of 0.4 for a claim of 10 among 3,000 messages."""
+    queue = pg_world.queue
+    assert isinstance(queue, PostgresQueue)
+    await queue.enqueue("q", b"makes the schema")
+    table = f'"world_{pg_world.namespace}".messages'
+    fill = (
+        f"INSERT INTO {table} (id, queue, payload, visible_at, max_attempts)"
+        " SELECT $1 || g, 'q', '', now(), 10 FROM generate_series(1, 3000) g"
+    )
+    conn: Any = await asyncpg.connect(pg_url)
+    try:
+        await conn.execute(fill, "a")
+        await conn.execute(f"DELETE FROM {table}")
+        await conn.execute(f"ANALYZE {table}")
+        await conn.execute(fill, "b")
+        async with conn.transaction():
+            explained = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + queue._claim_sql(10), "q", "w", 30.0
+            )
+
+        def scanned(node: dict[str, Any]) -> int:
+            table_scan = "Relation Name" in node and node["Node Type"].endswith("Scan")
+            own = node["Actual Rows"] * node["Actual Loops"] if table_scan else 0
+            return own + sum(scanned(child) for child in node.get("Plans", []))
+
+        # The pick's 10 rows and the update's 10; the soonest-row branch does not run.
+        assert scanned(json.loads(explained)[0]["Plan"]) <= 20
+    finally:
+        await conn.close()

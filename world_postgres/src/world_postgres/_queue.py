@@ -62,7 +62,10 @@ class PostgresQueue(Queue):
         # parameter, a generic plan must guess it (a tenth of the queue's rows), so once the
         # table has statistics PostgreSQL finds every generic plan dearer than a custom one and
         # plans the statement again at each claim (measured 0.25 ms a claim of 10, about a
-        # seventh of a claim and its acks, at 2,000 queued messages, analyzed).
+        # seventh of a claim and its acks, at 2,000 queued messages, analyzed). The UPDATE
+        # finds its rows by their ids as an array as well as by the join: with statistics
+        # taken while the queue was empty, the planner drove the join by a scan of the whole
+        # primary key (8 ms instead of 0.4 for a claim of 10 among 3,000 messages).
         self._claim_template = sql(
             """
             WITH pick AS (
@@ -86,7 +89,7 @@ class PostgresQueue(Queue):
                         'delivered ' || m.attempts || ' times (max_attempts '
                         || m.max_attempts || ') and the last lease expired' END
                 FROM pick p
-                WHERE m.id = p.id
+                WHERE m.id = ANY (ARRAY(SELECT id FROM pick)) AND m.id = p.id
                 RETURNING m.id, m.payload, m.attempts, m.max_attempts, m.token,
                           extract(epoch FROM m.visible_at)::float8 AS deadline,
                           p.exhausted, p.v, p.s
