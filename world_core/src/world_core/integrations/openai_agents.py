@@ -129,6 +129,7 @@ from world_core.journal import (
     ToolContext,
     canonical_json,
 )
+from world_core.journal._tools import _check_timeout
 from world_core.spi import NewEvent, World, validate_id
 
 __all__ = [
@@ -666,17 +667,8 @@ class DurableAgent:
         for name, seconds in (timeouts or {}).items():
             if name not in names:
                 raise InvalidArgumentError(f"timeouts names {name!r}, which is no function tool")
-            if (
-                isinstance(seconds, bool)
-                or not isinstance(seconds, int | float)
-                or not math.isfinite(seconds)
-                or seconds <= 0
-            ):
-                raise InvalidArgumentError(
-                    f"tool {name!r}: timeout must be a finite number of seconds > 0, "
-                    f"got {seconds!r}"
-                )
-            self.timeouts[name] = float(seconds)
+            # The journal's own check of a tool's timeout, here rather than at the first call.
+            self.timeouts[name] = _check_timeout(seconds, name)
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise InvalidArgumentError(f"max_turns must be an int >= 1, got {max_turns!r}")
         if (
