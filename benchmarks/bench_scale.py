@@ -576,7 +576,8 @@ def _urls(args: argparse.Namespace, folder: Path) -> dict[str, str]:
     return urls
 
 
-def _print_table(rows: list[dict[str, Any]]) -> None:
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The scale run's rows as a table (bench_targets.py prints them too)."""
     head = (
         f"{'world':<9}{'sessions':>9}{'loops':>6}{'offered/s':>10}{'steps/s':>9}"
         f"{'append p50':>11}{'p99':>8}{'turn p50':>10}{'p99':>9}{'RSS MiB':>13}{'load':>6}  limit"
@@ -714,7 +715,7 @@ def main() -> int:
             f"{args.model_latency} s/call, {args.duration} s per row; load = 1-min load average "
             f"at the row's end on {os.cpu_count()} shared cores"
         )
-        _print_table(rows)
+        print_table(rows)
     if args.json:
         print(json.dumps({"settings": vars(args), "rows": rows}, indent=2, default=str))
     return 0

@@ -58,7 +58,7 @@ from _targets import (
     steps_rows,
     table,
 )
-from bench_scale import _print_table, server_url_options
+from bench_scale import print_table, server_url_options
 from smoke import last_json
 
 HERE = Path(__file__).resolve().parent
@@ -233,7 +233,7 @@ def main() -> int:
     print(table(rows))
     if scale:
         print("\nscale run (sustained steps/s, append p50/p99 ms, turn p50/p99 ms):")
-        _print_table(scale["rows"])
+        print_table(scale["rows"])
         print("limit hit first:")
         for backend, limit in first_limits(scale).items():
             print(f"  {backend:<9} {limit}")
