@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 import libsql
 
@@ -173,11 +174,13 @@ class _Unopened:
 
 
 class Database:
-    """A World's libsql connection, used by one worker thread at a time.
+    """A World's libsql connection, used by one thread at a time.
 
-    Every call runs as one function in a worker thread (``anyio.to_thread.run_sync`` behind a
-    capacity limiter of 1), inside the transaction the caller asks for, so a transaction never
-    interleaves with another call of the same World and is never left open.
+    Every call runs as one function inside the transaction the caller asks for, holding a
+    capacity limiter of 1, so a transaction never interleaves with another call of the same
+    World and is never left open: on the event loop's thread when the limiter is free (libsql
+    keeps the GIL for the whole of its calls, so a worker thread would not free the loop), else
+    in a worker thread (``anyio.to_thread.run_sync``) once it is.
 
     A local file that does not exist yet is not created by opening: the connection is opened,
     creating the file, by the first call that runs (callers that only read ask
@@ -245,7 +248,7 @@ class Database:
         delay = 0.001
         while True:
             try:
-                result = await anyio.to_thread.run_sync(self._call, fn, tx, limiter=self._limiter)
+                result = await self._attempt(fn, tx)
             except _Busy as exc:
                 if time.monotonic() >= deadline:
                     raise BackendUnavailableError(
@@ -264,6 +267,26 @@ class Database:
             if tx is Tx.WRITE and notify:
                 self._changes.notify()
             return result
+
+    async def _attempt(self, fn: Callable[[Conn], T], tx: Tx) -> T:
+        """One try of ``fn`` inside ``tx``: on this thread if the connection is free, else in
+        the worker thread once it is.
+
+        libsql keeps the GIL for the whole of each of its calls (commit and fsync included), so
+        the event loop waits for a worker thread's statement exactly as long as for one run
+        here; the hop to the thread and back only adds its own cost (about as much CPU as the
+        statements of an append). The checkpoint first is the call's one cancellation point,
+        before anything is done, and gives the other tasks their turn as the hop did; nothing
+        after it awaits, so a started call runs to its end."""
+        await anyio.lowlevel.checkpoint()
+        try:
+            self._limiter.acquire_nowait()  # refused while a call runs or another task waits
+        except anyio.WouldBlock:
+            return await anyio.to_thread.run_sync(self._call, fn, tx, limiter=self._limiter)
+        try:
+            return self._call(fn, tx)
+        finally:
+            self._limiter.release()
 
     def check_open(self) -> None:
         """Raise ClosedError once the World was closed."""
