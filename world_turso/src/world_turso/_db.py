@@ -151,19 +151,23 @@ def as_bytes(value: Value) -> bytes:
 
 
 class _Changes:
-    """A counter of commits seen by this process, with an event for waiters."""
+    """A counter of commits seen by this process, with an event for waiters: made by the
+    first waiter after a commit, so a commit nobody waits for makes none."""
 
     def __init__(self) -> None:
         self.count = 0
-        self._event = anyio.Event()
+        self._event: anyio.Event | None = None
 
     def notify(self) -> None:
         self.count += 1
-        self._event.set()
-        self._event = anyio.Event()
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
 
     async def wait(self, since: int, within: float) -> bool:
         if self.count == since:
+            if self._event is None:
+                self._event = anyio.Event()
             with anyio.move_on_after(within):
                 await self._event.wait()
         return self.count != since
