@@ -65,10 +65,11 @@ async def test_an_append_to_a_file_held_open_opens_and_reads_nothing(
     with _counting(monkeypatch, "open", "stat", "pread", "fstat", "fsync", "flock") as calls:
         for n in range(5):
             assert await world.log.append("l", [NewEvent(data=b"x")]) == n + 2
-    # Per append: lock, one fstat (grown by another process?), one stat (does the path still
-    # name it?), fsync, unlock. No open (nor the outbox intent's: nothing this process did
-    # not write changed), no header or tail read.
-    assert calls == ["flock:EX", "fstat", "stat", "fsync", "flock:UN"] * 5
+    # Per append: lock, one stat (does the path still name it? then its size says whether
+    # another process appended), fsync, unlock. No fstat (the open file's identity was taken
+    # when it was opened), no open (nor the outbox intent's: nothing this process did not
+    # write changed), no header or tail read.
+    assert calls == ["flock:EX", "stat", "fsync", "flock:UN"] * 5
 
 
 async def test_an_outbox_append_reads_back_nothing_it_wrote(
@@ -336,6 +337,39 @@ async def test_an_append_to_a_file_held_open_runs_on_the_callers_thread(
         "l", [NewEvent(data=b"m")], messages=[OutboxMessage(queue="q", payload=b"m")]
     )
     assert thread_trips == [3]
+
+
+async def test_an_inline_append_in_a_cancelled_scope_writes_nothing(
+    world: LocalWorld, thread_trips: list[int]
+) -> None:
+    await world.log.append("l", [NewEvent(data=b"first")])  # opens the file: inline from now
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await world.log.append("l", [NewEvent(data=b"never")])
+    assert scope.cancelled_caught
+    assert thread_trips == [1]  # only the first append's: nothing went to a thread either
+    assert await world.log.tail("l") == 1
+
+
+async def test_inline_appends_give_other_tasks_their_turn(
+    world: LocalWorld, thread_trips: list[int]
+) -> None:
+    await world.log.append("l", [NewEvent(data=b"first")])
+    turns: list[int] = []
+
+    async def other() -> None:
+        while True:
+            turns.append(await world.log.tail("l"))  # a thread trip each: the loop moves on
+            await anyio.lowlevel.checkpoint()
+
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            await anyio.lowlevel.checkpoint()
+            for _ in range(5):
+                await world.log.append("l", [NewEvent(data=b"x")])
+            tg.cancel_scope.cancel()
+    assert turns  # the other task ran while the appends went on
 
 
 async def test_an_append_never_waits_for_a_lock_on_the_event_loop(

@@ -176,22 +176,6 @@ def sweep_temps(folder: Path) -> None:
             os.close(fd)
 
 
-def _named(st: os.stat_result, path: Path) -> bool:
-    """``path`` still names the open file of fstat ``st``: checked by a writer, once locked.
-
-    A link count of 0 says no without a lookup, but a count above 0 does not say yes: another
-    name (a hard link an operator made: ``ln``, ``cp -al``) keeps a file deleted or compacted
-    here linked, and a write to it would be acknowledged and lost. So the path is looked up:
-    one ``stat``, next to the write's ``fsync``."""
-    if not st.st_nlink:
-        return False
-    try:
-        named = os.stat(path)
-    except FileNotFoundError:
-        return False
-    return (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino)
-
-
 def _same_file(fd: int, path: Path) -> bool:
     try:
         st = os.stat(path)
@@ -342,7 +326,7 @@ class FoldedFile:
                 os.close(fd)
 
     def _sync(self, fd: int | None, st: os.stat_result | None) -> None:
-        """Bring the state up to the last whole frame of the file open at ``fd`` (of fstat
+        """Bring the state up to the last whole frame of the file open at ``fd`` (of stat
         ``st``)."""
         if fd is None or st is None:
             self.uuid, self.end, self.foreign = None, 0, True
@@ -383,16 +367,25 @@ class FoldedFile:
             fd = self._open(writable)
             if fd is None:
                 return None
-            if self._inode is None:
-                opened = os.fstat(fd)
-                self._inode = (opened.st_dev, opened.st_ino)
-            try:
-                st = os.stat(self.path)
-            except FileNotFoundError:
-                st = None
-            if st is not None and (st.st_dev, st.st_ino) == self._inode:
+            st = self._named(fd)
+            if st is not None:
                 return fd, st
             self._close()  # the path names another file, or none
+
+    def _named(self, fd: int) -> os.stat_result | None:
+        """The stat of the path if it names the file open at ``fd`` (so it is that file's
+        stat too), else None. One ``stat`` a call: the open file's identity is taken once per
+        opening. A link count above 0 would not say the path names the file: another name (a
+        hard link an operator made: ``ln``, ``cp -al``) keeps a file deleted or compacted here
+        linked, and a write to it would be acknowledged and lost."""
+        if self._inode is None:
+            opened = os.fstat(fd)
+            self._inode = (opened.st_dev, opened.st_ino)
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st if (st.st_dev, st.st_ino) == self._inode else None
 
     def reading(self, fn: Callable[[int | None], R]) -> R:
         """Run ``fn(fd)`` on fresh state without taking the file lock; fd is None if missing."""
@@ -451,8 +444,8 @@ class FoldedFile:
                 except BlockingIOError:
                     raise Busy(self.path) from None
                 try:
-                    st = os.fstat(fd)  # grown? (as locked: nobody else writes)
-                    if not _named(st, self.path):
+                    st = self._named(fd)  # and grown? (as locked: nobody else writes)
+                    if st is None:
                         self._drop = True
                         if quick:
                             raise Busy(self.path)
@@ -496,6 +489,30 @@ class FoldedFile:
         meet (a log, a stream: one writer each, mostly), as the late fsync costs a ``dup``.
         Queues, which every worker writes, use the late fsync.
         """
+        self._write(fd, frame, sync)
+        # Folded from the bytes in hand, not read back: under the lock, with the state synced
+        # by writing(), this frame is the only one after self.end, in the same inode.
+        start = self.end + _HEAD.size
+        meta, blobs = _parse_body(frame[_HEAD.size :], start)
+        self._fold(start + len(frame) - _HEAD.size, meta, blobs)
+
+    def commit_fresh(
+        self, fd: int, meta: dict[str, Any], blobs: Sequence[bytes] = (), *, sync: bool = True
+    ) -> None:
+        """:meth:`commit` of the frame of ``meta`` and ``blobs``, folded from them as given
+        rather than decoded back from the frame's JSON: ``meta`` must be what that JSON
+        decodes to (lists, not tuples; str keys) and is handed over (the fold may keep it)."""
+        frame = encode_frame(meta, blobs)
+        self._write(fd, frame, sync)
+        end = self.end + len(frame)
+        offset = end - sum(len(blob) for blob in blobs)
+        placed: list[Blob] = []
+        for blob in blobs:
+            placed.append((offset, blob))
+            offset += len(blob)
+        self._fold(end, meta, placed)
+
+    def _write(self, fd: int, frame: bytes, sync: bool) -> None:
         try:
             write_all(fd, frame, self.end)
         except BaseException:
@@ -507,11 +524,9 @@ class FoldedFile:
             os.fsync(fd)
         else:
             self._unsynced = True
-        # Folded from the bytes in hand, not read back: under the lock, with the state synced
-        # by writing(), this frame is the only one after self.end, in the same inode.
-        start = self.end + _HEAD.size
-        meta, blobs = _parse_body(frame[_HEAD.size :], start)
-        self.end = start + len(frame) - _HEAD.size
+
+    def _fold(self, end: int, meta: dict[str, Any], blobs: list[Blob]) -> None:
+        self.end = end
         self.apply(meta, blobs)
         self._report()
 

@@ -28,7 +28,7 @@ from world_core.spi import (
     validate_read,
 )
 from world_local import _outbox as outbox
-from world_local._files import Blob, Busy, FoldedFile, encode_frame, read_exact
+from world_local._files import Blob, Busy, FoldedFile, read_exact
 from world_local._queue import QueueFile
 from world_local._space import POLL_MAX, POLL_MIN, Space, pause
 
@@ -168,7 +168,7 @@ class LocalLog(Log):
                 file.intent = True
                 pending = outbox.begin(space, file, messages)
                 meta["outbox"] = [message.id for _, message in pending]
-            file.commit(fd, encode_frame(meta, [event.data for event in events]))
+            file.commit_fresh(fd, meta, [event.data for event in events])
             if messages:  # without, there is no intent: the one a crash left went first
                 # Committed just now, under the lock: its messages go out as begin() made
                 # them, with nothing read back. On disk the steps are finish()'s, in its

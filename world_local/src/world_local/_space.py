@@ -230,23 +230,27 @@ class Space:
         ``quick``: the same work, raising :class:`Busy` before doing anything if it would wait
         (``FoldedFile.writing``'s ``quick``). When the hand-off policy allows
         (``_threads.inline_ok``) it runs on this thread instead of ``fn`` in a worker thread,
-        and the task yields to the event loop once after it; ``fn`` runs if it raised Busy.
+        after one checkpoint: the other tasks' turn, as a hop gives, and the call's only
+        cancellation point, before anything is done (nothing awaits after the work, so its
+        result is returned); ``fn`` runs if it raised Busy.
         """
-        if self.closed:
-            raise ClosedError("this local World was closed; open a new one")
+        self._check_open()
         if quick is not None and inline_ok():
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            try:
-                with translate(self.folder, self.setting):
-                    result = run_inline(quick)
-            except Busy:
-                pass
-            else:
-                await anyio.lowlevel.cancel_shielded_checkpoint()  # others' turn, as a hop gives
-                return result
+            await anyio.lowlevel.checkpoint()
+            self._check_open()  # closed meanwhile
+            if inline_ok():
+                try:
+                    with translate(self.folder, self.setting):
+                        return run_inline(quick)
+                except Busy:
+                    pass
         work = partial(self._in_folders, fn) if creates and not self._made else fn
         with translate(self.folder, self.setting):
             return await run_sync(work)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError("this local World was closed; open a new one")
 
     def _in_folders(self, fn: Callable[[], R]) -> R:
         self.make_folders()
