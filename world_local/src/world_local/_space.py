@@ -105,6 +105,7 @@ class Space:
         self.folder = folder
         self.setting = setting
         """Where the folder came from, for messages: ``WORKFLOW_LOCAL_DIR`` or ``url=``."""
+        self._translate = translate(folder, setting)
         self.closed = False
         self._made = False  # the folders exist: made (or found) by this process's first write
         self._files: OrderedDict[tuple[str, str], FoldedFile] = OrderedDict()
@@ -240,12 +241,12 @@ class Space:
             self._check_open()  # closed meanwhile
             if inline_ok():
                 try:
-                    with translate(self.folder, self.setting):
+                    with self._translate:
                         return run_inline(quick)
                 except Busy:
                     pass
         work = partial(self._in_folders, fn) if creates and not self._made else fn
-        with translate(self.folder, self.setting):
+        with self._translate:
             return await run_sync(work)
 
     def _check_open(self) -> None:
@@ -359,20 +360,34 @@ def _os_error(folder: Path, setting: str, exc: OSError) -> WorldError:
     return BackendUnavailableError(f"{where}: {reason} ({path}); check the disk, then retry")
 
 
-@contextmanager
-def translate(folder: Path, setting: str = ENV_DIR) -> Iterator[None]:
+class translate:
     """The one place where file-system errors become World errors. ``setting`` names where
     ``folder`` came from (``WORKFLOW_LOCAL_DIR`` or ``url=``): a folder that cannot be used (a
     file in its path, no permission, a read-only file system) is a ConfigurationError naming
-    it; other faults are transient."""
-    try:
-        yield
-    except DamagedStoreError as exc:
-        raise WorldError(
-            f"the local store in {folder} is damaged ({exc}); restore it from a backup"
-        ) from exc
-    except OSError as exc:
-        raise _os_error(folder, setting, exc) from exc
+    it; other faults are transient.
+
+    A context manager, and a class rather than a generator: it wraps every call, and a
+    generator-based one costs a generator and its frame each time; an instance keeps no state
+    between uses, so one may be reused (and nested)."""
+
+    __slots__ = ("folder", "setting")
+
+    def __init__(self, folder: Path, setting: str = ENV_DIR) -> None:
+        self.folder = folder
+        self.setting = setting
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, DamagedStoreError):
+            raise WorldError(
+                f"the local store in {self.folder} is damaged ({exc}); restore it from a backup"
+            ) from exc
+        if isinstance(exc, OSError):
+            raise _os_error(self.folder, self.setting, exc) from exc
 
 
 async def pause(event: anyio.Event, delay: float) -> None:
