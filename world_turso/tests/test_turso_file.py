@@ -18,6 +18,7 @@ from world_core import (
     BackendUnavailableError,
     ClosedError,
     ConflictError,
+    DuplicateKeyError,
     InvalidArgumentError,
     NewEvent,
 )
@@ -249,3 +250,30 @@ async def test_iterators_are_not_used_up_by_validation(turso: TursoWorld) -> Non
     assert [e.data for e in await turso.log.read("g")] == [b"\x00", b"\x01", b"\x02"]
     chunks = iter([b"a", b"b"])
     assert await turso.stream.write("s", chunks) == 2  # type: ignore[arg-type]
+
+
+async def test_a_held_key_past_the_first_lookup_refuses_the_whole_batch(
+    turso: TursoWorld,
+) -> None:
+    await turso.log.append("l", [NewEvent(key="k550", data=b"old")])
+    batch = [NewEvent(key=f"k{i}", data=b"new") for i in range(600)]  # past 500 keys
+    with pytest.raises(DuplicateKeyError) as refused:
+        await turso.log.append("l", batch)
+    assert refused.value.key == "k550"
+    assert refused.value.existing is not None
+    assert refused.value.existing.data == b"old"
+    assert await turso.log.tail("l") == 1
+    with pytest.raises(DuplicateKeyError) as first:
+        await turso.log.append("l", [NewEvent(key="x", data=b""), NewEvent(key="k550", data=b"")])
+    assert first.value.key == "k550"
+    assert [e.key for e in await turso.log.read("l")] == ["k550"]
+
+
+async def test_a_wrong_tail_is_reported_before_a_held_key(turso: TursoWorld) -> None:
+    await turso.log.append("l", [NewEvent(key="a", data=b"1"), NewEvent(data=b"2")])
+    with pytest.raises(ConflictError) as conflict:
+        await turso.log.append("l", [NewEvent(key="a", data=b"3")], expect_tail=5)
+    assert conflict.value.actual == 2
+    with pytest.raises(DuplicateKeyError):
+        await turso.log.append("l", [NewEvent(key="a", data=b"3")], expect_tail=2)
+    assert await turso.log.tail("l") == 2
