@@ -470,6 +470,37 @@ class JournalSignalContract(ContractBase):
         with pytest.raises(NotFoundError):
             await client.approve("s", turn, step + 5, by="manager")
 
+    async def test_signals_a_repeated_decision_with_another_reason_counts_once(
+        self, world: World
+    ) -> None:
+        """A decision is approve or reject: approving again with another reason (a retried
+        form whose text changed, another manager) is idempotent, and the first decision
+        stands as recorded; rejecting it with the same reason is still refused."""
+        client = Client(world, queue=QUEUE)
+        refunds = _Refunds()
+        turn = await client.submit("s", "refund me")
+        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        step = (await client.pending_approvals("s"))[0].step
+        await client.approve("s", turn, step, by="manager", reason="within policy")
+        await client.approve("s", turn, step, by="manager", reason="within policy (checked)")
+        await client.approve("s", turn, step, by="director")
+        with pytest.raises(InvalidArgumentError, match="sender must name"):
+            await client.approve("s", turn, step, by=" ")
+        with pytest.raises(InvalidArgumentError, match="already approved by 'manager'"):
+            await client.reject("s", turn, step, by="manager", reason="within policy")
+        decisions = [
+            json.loads(event.data)
+            for event in await world.log.read(session_log_id("s"))
+            if (event.key or "").startswith("signal/")
+        ]
+        assert [(d["sender"], d["payload"]) for d in decisions] == [
+            ("manager", {"approved": True, "reason": "within policy"})
+        ]
+        statuses = await _until_done(world, refunds.agent(), turn, within=WAIT)
+        assert statuses[-1] == "done", statuses
+        assert refunds.runs == [30]
+
     async def test_signals_an_approved_call_retried_after_a_crash_is_not_asked_again(
         self, world: World
     ) -> None:

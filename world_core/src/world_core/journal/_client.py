@@ -370,11 +370,7 @@ class Client:
         """:meth:`signal` without the check of reserved names (the journal's own signals)."""
         session_log_id(session_id)
         check_signal_name(name)
-        if not isinstance(sender, str) or not sender.strip() or len(sender) > 200:
-            raise InvalidArgumentError(
-                f"sender must name who sends the signal (a non-empty str of at most 200 "
-                f"characters), got {sender!r:.80}"
-            )
+        _check_sender(sender)
         if turn_id is not None:
             check_turn_id(turn_id)
         signal = check_signal_id(signal_id if signal_id is not None else uuid.uuid4().hex)
@@ -501,8 +497,12 @@ class Client:
     async def approve(
         self, session_id: str, turn_id: str, step: int, *, by: str, reason: str | None = None
     ) -> None:
-        """Approve the tool call waiting at ``step`` of the turn: it runs. Approving twice
-        counts once; approving what was rejected (or the reverse) is refused.
+        """Approve the tool call waiting at ``step`` of the turn: it runs.
+
+        A decision is approve or reject, and final. Approving again is idempotent whoever
+        sends it and whatever its ``reason``: the first decision stands as it was recorded
+        (its sender and reason), and a waiting turn is woken again if it is still waiting.
+        Approving what was rejected (or the reverse) is refused.
 
         Raises:
             NotFoundError: no approval waits at that step.
@@ -532,6 +532,7 @@ class Client:
             raise InvalidArgumentError(f"step must be an int >= 0, got {step!r}")
         if reason is not None and not isinstance(reason, str):
             raise InvalidArgumentError(f"reason must be a str, got {type(reason).__name__}")
+        _check_sender(by)  # before a repeated decision is let through as the first one
         name, signal_id = approval_signal(turn_id, step)
         session_log_id(session_id)
         log_id = await turn_log(self._world, session_id, turn_id)
@@ -565,11 +566,24 @@ class Client:
             if not existing:
                 raise
             sent = existing.get("payload")
-            was = "approved" if isinstance(sent, dict) and sent.get("approved") else "rejected"
-            raise InvalidArgumentError(
-                f"the call at step {step} of turn {turn_id!r} was already {was} by "
-                f"{existing.get('sender')!r}; a decision is final"
-            ) from None
+            decided = isinstance(sent, dict) and sent.get("approved") is True
+            if decided != approved:
+                was = "approved" if decided else "rejected"
+                raise InvalidArgumentError(
+                    f"the call at step {step} of turn {turn_id!r} was already {was} by "
+                    f"{existing.get('sender')!r}; a decision is final"
+                ) from None
+            # The same decision with another reason (or sender): the first one stands. Sent
+            # again as recorded, so that it counts once and still wakes a turn whose first
+            # wake-up was lost.
+            await self._send(
+                session_id,
+                name,
+                sent,
+                sender=str(existing.get("sender")),
+                signal_id=signal_id,
+                turn_id=turn_id,
+            )
         # The wait may have ended by its timeout just before the decision landed: say so.
         await self._check_not_over(log_id, turn_id, step, signal_id)
 
@@ -592,6 +606,15 @@ class Client:
         if "reply" in body:
             return str(body["reply"])
         return str(await load_value(self._blobs(session_id), body))
+
+
+def _check_sender(sender: object) -> None:
+    """Refuse a signal's sender (or a decision's ``by``) that names nobody."""
+    if not isinstance(sender, str) or not sender.strip() or len(sender) > 200:
+        raise InvalidArgumentError(
+            f"sender must name who sends the signal (a non-empty str of at most 200 "
+            f"characters), got {sender!r:.80}"
+        )
 
 
 def _decode(event: Event | None) -> dict[str, Any]:
