@@ -7,6 +7,7 @@ signals, versioning); these tests cover what sits on top, on the local World.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import pydantic
 import pytest
 
 from world_core import (
@@ -39,6 +41,10 @@ pytestmark = pytest.mark.anyio
 WAIT = 20.0
 NAMESPACE = "waits"
 KEY = "a-shared-secret-of-32-bytes-long"
+
+
+class _Amount(pydantic.BaseModel):
+    value: int
 
 
 @pytest.fixture
@@ -159,6 +165,28 @@ async def test_bad_waits_and_signals_are_refused_before_anything_is_written(
         await journal.sleep(20 * 366 * 86400)
     with pytest.raises(InvalidArgumentError, match="not JSON"):
         await client.signal("s", "go", float("nan"), sender="x")
+    # What JSON carries only converted is refused, naming where it is and what to do: a set
+    # (whose order is not stable across processes), bytes, a model, a date, a non-str key.
+    refused: list[tuple[object, str]] = [
+        ({"b", "a"}, "payload holds a set"),
+        (frozenset({1}), "payload holds a frozenset"),
+        (b"raw", "payload holds a bytes; .*base64"),
+        (bytearray(b"raw"), "payload holds a bytearray"),
+        ({"items": [1, {"tags": {"x"}}]}, r"payload\['items'\]\[1\]\['tags'\] holds a set"),
+        ({1: "one"}, "a dict key 1 that is not a str"),
+        (datetime.date(2026, 1, 1), "payload holds a date"),
+        (_Amount(value=3), "payload holds a _Amount; .*model_dump"),
+        ([float("inf")], r"payload\[0\] holds inf"),
+    ]
+    for payload, message in refused:
+        with pytest.raises(InvalidArgumentError, match=message):
+            await client.signal("s", "go", payload, sender="x")
+    # JSON data goes through (a tuple is a JSON array): nothing is written by this test
+    # until here, so it is the one signal in the log.
+    await client.signal("s", "go", {"n": (1, 2.5, None, True, "x")}, sender="x", signal_id="ok")
+    sent = await world.log.get(session_log_id("s"), "signal/ok")
+    assert sent is not None
+    assert json.loads(sent.data)["payload"] == {"n": [1, 2.5, None, True, "x"]}
 
     def act() -> None:
         """Act."""
@@ -167,7 +195,10 @@ async def test_bad_waits_and_signals_are_refused_before_anything_is_written(
         tool(act, replay="never", approval="maybe")  # type: ignore[call-overload]  # the wrong value is the test
     with pytest.raises(InvalidArgumentError, match="approval_timeout"):
         tool(act, replay="never", approval="required", approval_timeout=0)
-    assert [e.key for e in await world.log.read(session_log_id("s"))] == [f"turn/{turn}/input"]
+    assert [e.key for e in await world.log.read(session_log_id("s"))] == [
+        f"turn/{turn}/input",
+        "signal/ok",
+    ]
 
 
 def _refund_agent(runs: Path) -> Agent:

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import anyio
-from pydantic_core import to_jsonable_python
 
 from world_core.errors import (
     DuplicateKeyError,
@@ -47,6 +46,7 @@ from world_core.journal._waits import (
     approval_signal,
     check_signal_id,
     check_signal_name,
+    check_signal_payload,
     verify_signal,
 )
 from world_core.spi import MAX_ID_BYTES, Event, NewEvent, OutboxMessage, World, validate_id
@@ -338,11 +338,16 @@ class Client:
         the same id with another name, payload or turn is refused.
 
         Args:
+            payload: JSON data, received by the waiting turn as sent (None, bool, int, finite
+                float, str, lists and dicts with str keys of them; a tuple arrives as a list).
+                What JSON would carry only converted (a set, bytes, a pydantic model, a date)
+                is refused: convert it first (see
+                :func:`~world_core.journal._waits.check_signal_payload`).
             sender: who sends it (a user id, ``webhook:stripe``): recorded with the signal.
             signal_id: the deduplication id; a new one when None.
 
         Raises:
-            InvalidArgumentError: a bad name, sender, id or payload (not JSON, or above
+            InvalidArgumentError: a bad name, sender, id or payload (not JSON data, or above
                 :data:`~world_core.journal._waits.MAX_SIGNAL_PAYLOAD_BYTES`), a name or id of
                 the journal's own signals (``approval/...``: use :meth:`approve`; ``child/...``),
                 or the id was used for another signal (nothing is written).
@@ -374,22 +379,22 @@ class Client:
         if turn_id is not None:
             check_turn_id(turn_id)
         signal = check_signal_id(signal_id if signal_id is not None else uuid.uuid4().hex)
+        check_signal_payload(name, payload)
         try:
-            jsonable = to_jsonable_python(payload)
-            size = len(canonical_json(jsonable))
-        except Exception as exc:
+            size = len(canonical_json(payload))
+        except (ValueError, RecursionError) as exc:  # nested deeper than JSON can be written
             raise InvalidArgumentError(f"signal {name!r}: payload is not JSON: {exc}") from None
         if size > MAX_SIGNAL_PAYLOAD_BYTES:
             raise InvalidArgumentError(
                 f"signal {name!r}: payload is {size} bytes of JSON, more than "
                 f"{MAX_SIGNAL_PAYLOAD_BYTES}; send a reference to it (a document, a URL)"
             )
-        digest = digest_of({"name": name, "payload": jsonable, "turn": turn_id})
+        digest = digest_of({"name": name, "payload": payload, "turn": turn_id})
         body = {
             "t": "signal",
             "id": signal,
             "name": name,
-            "payload": jsonable,
+            "payload": payload,
             "sender": sender,
             "turn": turn_id,
             "digest": digest,

@@ -54,6 +54,7 @@ __all__ = [
     "check_seconds",
     "check_signal_name",
     "check_signal_id",
+    "check_signal_payload",
     "sign_signal",
     "signal_key",
     "verify_signal",
@@ -190,6 +191,46 @@ def check_signal_name(name: object) -> str:
             f"control characters, got {name!r:.80}"
         )
     return name
+
+
+def check_signal_payload(name: str, payload: object) -> None:
+    """Refuse a signal payload that is not JSON data as the waiting turn will receive it:
+    None, bool, int, float (finite), str, and lists, tuples and dicts with str keys of them.
+
+    A value JSON would only carry converted is refused rather than converted: a set (its
+    order changes between processes, so a resend with the same id could be refused as
+    another payload), bytes, a dict with keys that are not str, a pydantic model, a date.
+    The caller converts it first and the waiter gets exactly what was sent.
+
+    Raises:
+        InvalidArgumentError: naming the value's type and where it is in the payload.
+    """
+    pending: list[tuple[object, str]] = [(payload, "payload")]
+    while pending:
+        value, where = pending.pop()
+        if value is None or isinstance(value, bool | int | str):
+            continue
+        if isinstance(value, float):
+            if math.isfinite(value):
+                continue
+            problem = f"{value!r} (JSON has no NaN or infinity)"
+        elif isinstance(value, list | tuple):
+            pending.extend((item, f"{where}[{i}]") for i, item in enumerate(value))
+            continue
+        elif isinstance(value, dict):
+            bad_keys = [key for key in value if not isinstance(key, str)]
+            if not bad_keys:
+                pending.extend((item, f"{where}[{key!r}]") for key, item in value.items())
+                continue
+            problem = f"a dict key {bad_keys[0]!r} that is not a str"
+        else:
+            problem = f"a {type(value).__name__}"
+        raise InvalidArgumentError(
+            f"signal {name!r}: payload is not JSON data as the waiting turn would receive it: "
+            f"{where} holds {problem}; send None, bool, int, finite float, str, lists and "
+            "dicts with str keys, converted first (a sorted list for a set, base64 or hex "
+            "text for bytes, model_dump(mode='json') for a pydantic model)"
+        )
 
 
 def check_signal_id(signal_id: object) -> str:
