@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -14,9 +15,10 @@ import asyncpg
 import pytest
 
 from world_core import ClosedError, Lease, LeaseLostError
-from world_core.spi import MAX_PAYLOAD_BYTES
+from world_core.spi import MAX_PAYLOAD_BYTES, NewEvent, OutboxMessage
 from world_postgres import PostgresWorld, connect
 from world_postgres._db import Database
+from world_postgres._log import PostgresLog, _append_arguments, _log_tag
 from world_postgres._queue import PostgresQueue
 
 pytestmark = pytest.mark.anyio
@@ -241,25 +243,27 @@ async def test_closing_the_world_fails_merged_calls(pg_url: str) -> None:
         await world.aclose()
 
 
-async def test_merged_enqueues_of_dedup_keys_in_opposite_orders_do_not_deadlock(
-    pg_world: PostgresWorld, pg_url: str
+ROUNDS = 8
+"""Rounds of :func:`_opposite_orders_behind_a_held_key`: each deadlocks in the callers' order
+about half the time."""
+
+
+async def _opposite_orders_behind_a_held_key(
+    pg_world: PostgresWorld,
+    pg_url: str,
+    keys_of: Callable[[int], list[str]],
+    insert: Callable[[str, Any, int, list[str]], Coroutine[Any, Any, None]],
 ) -> None:
-    """Two statements each inserting keys k1 and k2, in opposite orders, while a third
-    transaction holds k2: inserted in the callers' order, the one that gets k2 after the
-    third's rollback may then wait for k1, held by the other, which waits for its k2 (a
-    deadlock, broken by PostgreSQL after deadlock_timeout with an error). In key order, both
-    take k1 first."""
-    queue = pg_world.queue
-    assert isinstance(queue, PostgresQueue)
-    await queue.enqueue("q", b"makes the schema")
+    """ROUNDS rounds of: a transaction holds the second of ``keys_of(round)``; ``insert``
+    ("first") takes the keys in that order and waits for it, then ("second") in the opposite
+    order and waits too; the holder rolls back. Inserted in the callers' order, the one that
+    gets the held key may then wait for the other's first key while the other waits for it:
+    a deadlock, broken by PostgreSQL after deadlock_timeout with an error."""
     schema = f'"world_{pg_world.namespace}"'
     holder: Any = await asyncpg.connect(pg_url)
     first: Any = await asyncpg.connect(pg_url)
     second: Any = await asyncpg.connect(pg_url)
     observer: Any = await asyncpg.connect(pg_url)
-
-    def items(keys: list[str]) -> list[tuple[str, str, bytes, float, int, str | None]]:
-        return [(secrets.token_hex(16), "q", b"m", 0.0, 10, key) for key in keys]
 
     async def waiting(pid: int) -> None:
         with anyio.fail_after(WAIT):
@@ -268,16 +272,11 @@ async def test_merged_enqueues_of_dedup_keys_in_opposite_orders_do_not_deadlock(
                     return
                 await anyio.sleep(0.01)
 
-    found: dict[str, list[str | None]] = {}
-
-    async def enqueue(name: str, conn: Any, keys: list[str]) -> None:
-        found[name] = await queue._enqueue_batch(conn, False, items(keys))
-
     try:
         first_pid = await first.fetchval("SELECT pg_backend_pid()")
         second_pid = await second.fetchval("SELECT pg_backend_pid()")
-        for round_ in range(8):  # each round deadlocks in the callers' order about half the time
-            keys = [f"k1-{round_}", f"k2-{round_}"]
+        for round_ in range(ROUNDS):
+            keys = keys_of(round_)
             transaction = holder.transaction()
             await transaction.start()
             await holder.execute(
@@ -288,13 +287,68 @@ async def test_merged_enqueues_of_dedup_keys_in_opposite_orders_do_not_deadlock(
             )
             with anyio.fail_after(WAIT):
                 async with anyio.create_task_group() as group:
-                    group.start_soon(enqueue, "first", first, keys)
+                    group.start_soon(insert, "first", first, round_, keys)
                     await waiting(first_pid)
-                    group.start_soon(enqueue, "second", second, keys[::-1])
+                    group.start_soon(insert, "second", second, round_, keys[::-1])
                     await waiting(second_pid)
                     await transaction.rollback()
-            # One message a key, whoever inserted it.
-            assert found["first"] == found["second"][::-1]
     finally:
         for conn in (holder, first, second, observer):
             await conn.close()
+
+
+async def test_merged_enqueues_of_dedup_keys_in_opposite_orders_do_not_deadlock(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """Two merged statements each inserting keys k1 and k2, in opposite orders, behind a
+    held k2 (see _opposite_orders_behind_a_held_key). In key order, both take k1 first."""
+    queue = pg_world.queue
+    assert isinstance(queue, PostgresQueue)
+    await queue.enqueue("q", b"makes the schema")
+    found: dict[tuple[str, int], list[str | None]] = {}
+
+    async def enqueue(name: str, conn: Any, round_: int, keys: list[str]) -> None:
+        items = [(secrets.token_hex(16), "q", b"m", 0.0, 10, key) for key in keys]
+        found[name, round_] = await queue._enqueue_batch(conn, False, items)
+
+    await _opposite_orders_behind_a_held_key(
+        pg_world, pg_url, lambda round_: [f"k1-{round_}", f"k2-{round_}"], enqueue
+    )
+    for round_ in range(ROUNDS):  # one message a key, whoever inserted it
+        assert found["first", round_] == found["second", round_][::-1]
+
+
+async def test_outbox_appends_of_dedup_keys_in_opposite_orders_do_not_deadlock(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """The same circle between two appends (to two logs) whose outbox messages hold dedup
+    keys k1 and k2 in opposite orders: append() inserts them in key order too, and the
+    messages keep the order they were given in, in seq (what a claim hands out first)."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    await log.append("made", [NewEvent(data=b"makes the schema")])
+
+    async def append(name: str, conn: Any, round_: int, keys: list[str]) -> None:
+        log_id = f"{name}-{round_}"
+        messages = [OutboxMessage(queue="q", payload=key.encode(), dedup_key=key) for key in keys]
+        batch = str(uuid.uuid4())
+        head, rest = _append_arguments(
+            log_id, [NewEvent(data=b"e")], None, None, batch, _log_tag(log_id)[0], messages
+        )
+        row = await conn.fetchrow(log._append, *head, False, *rest)
+        assert row["o_tail"] is not None
+
+    # k2 sorts first, so that the array order and the key order differ for "first".
+    await _opposite_orders_behind_a_held_key(
+        pg_world, pg_url, lambda round_: [f"k2-{round_}", f"k1-{round_}"], append
+    )
+    held = await pg_world.queue.claim("q", "w", lease=60.0, limit=4 * ROUNDS)
+    assert sorted(lease.payload.decode() for lease in held) == sorted(  # one message a key
+        f"k{n}-{round_}" for n in (1, 2) for round_ in range(ROUNDS)
+    )
+    # Inserted in key order, the messages of one append are still handed out in the order
+    # they were given (by seq).
+    ordered = [OutboxMessage(queue="order", payload=key.encode(), dedup_key=key) for key in "zam"]
+    await log.append("ordered", [NewEvent(data=b"e")], messages=ordered)
+    leases = await pg_world.queue.claim("order", "w", lease=60.0, limit=3)
+    assert [lease.payload for lease in leases] == [b"z", b"a", b"m"]

@@ -382,4 +382,94 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             """,
         ],
     ),
+    (
+        "append inserts its outbox messages in order of queue and dedup key",
+        [
+            # As enqueue_batch does: two appends whose messages hold the same dedup keys in
+            # opposite orders took the keys' index entries in opposite orders, and each could
+            # wait for the other's commit (a deadlock PostgreSQL breaks after deadlock_timeout,
+            # failing one, which the client then retried). In key order, both take the first
+            # key first. The messages keep their order where it counts, in seq (the claim's
+            # enqueue order): their seqs are drawn in the order the caller gave them, then the
+            # rows are inserted in key order with those seqs. A lone message (the journal's
+            # appends carry one) is inserted as before. Otherwise append() is unchanged.
+            """
+            CREATE OR REPLACE FUNCTION @s@.append(
+                p_log text, p_data bytea[], p_keys text[], p_expect bigint, p_status text,
+                p_batch uuid, p_retry boolean, p_tag text,
+                p_mid text[], p_mqueue text[], p_mpayload bytea[], p_mdelay float8[],
+                p_mdedup text[], p_mmax integer[], p_mtag text[],
+                OUT o_tail bigint, OUT o_actual bigint,
+                OUT o_dup_seq bigint, OUT o_dup_key text, OUT o_dup_data bytea)
+            LANGUAGE plpgsql AS $fn$
+            DECLARE
+                t bigint;
+                n integer := cardinality(p_data);
+                q text;
+                k integer := ('x' || substr(p_tag, 2, 8))::bit(32)::integer;
+                seqs bigint[] := '{}';
+            BEGIN
+                -- The second lock is wake()'s writer lock, taken here with the first.
+                PERFORM pg_advisory_xact_lock_shared(hashtext(@s_literal@), hashtext(p_log)),
+                        pg_advisory_xact_lock_shared(@kw@, k);
+                IF p_retry THEN
+                    SELECT e.seq INTO o_tail FROM @s@.events e
+                    WHERE e.log_id = p_log AND e.batch = p_batch;
+                    IF FOUND THEN RETURN; END IF;
+                END IF;
+                SELECT coalesce(max(e.seq), 0) INTO t FROM @s@.events e WHERE e.log_id = p_log;
+                IF p_expect IS NOT NULL AND p_expect <> t THEN
+                    o_actual := t;
+                    RETURN;
+                END IF;
+                IF p_keys IS NOT NULL THEN
+                    SELECT e.seq, e.key, e.data INTO o_dup_seq, o_dup_key, o_dup_data
+                    FROM @s@.events e WHERE e.log_id = p_log AND e.key = ANY (p_keys)
+                    ORDER BY e.seq LIMIT 1;
+                    IF FOUND THEN RETURN; END IF;
+                END IF;
+                INSERT INTO @s@.events (log_id, seq, key, data, batch)
+                SELECT p_log, t + u.i, u.k, u.d, CASE WHEN u.i = n THEN p_batch END
+                FROM unnest(p_data, p_keys) WITH ORDINALITY AS u (d, k, i);
+                IF t = 0 OR p_status IS NOT NULL THEN
+                    INSERT INTO @s@.logs AS l (log_id, status) VALUES (p_log, p_status)
+                    ON CONFLICT (log_id) DO UPDATE SET status = coalesce(EXCLUDED.status, l.status);
+                END IF;
+                IF cardinality(p_mid) = 1 THEN  -- one message (a submit's): no order to keep
+                    INSERT INTO @s@.messages
+                        (id, queue, payload, visible_at, max_attempts, dedup_key)
+                    VALUES (p_mid[1], p_mqueue[1], p_mpayload[1],
+                            now() + p_mdelay[1] * interval '1 second', p_mmax[1], p_mdedup[1])
+                    ON CONFLICT DO NOTHING;
+                ELSIF p_mid IS NOT NULL THEN
+                    -- messages_seq_seq: the sequence of the identity column seq (version 1).
+                    FOR j IN 1 .. cardinality(p_mid) LOOP  -- seqs in the messages' order
+                        seqs := seqs || nextval('@s@.messages_seq_seq');
+                    END LOOP;
+                    INSERT INTO @s@.messages
+                        (id, seq, queue, payload, visible_at, max_attempts, dedup_key)
+                    OVERRIDING SYSTEM VALUE
+                    SELECT m.id, m.n, m.q, m.p, now() + m.d * interval '1 second', m.x, m.k
+                    FROM unnest(p_mid, seqs, p_mqueue, p_mpayload, p_mdelay, p_mmax, p_mdedup)
+                        WITH ORDINALITY AS m (id, n, q, p, d, x, k, i)
+                    ORDER BY m.q, m.k, m.i
+                    ON CONFLICT DO NOTHING;
+                END IF;
+                IF p_mid IS NOT NULL THEN
+                    FOR q IN SELECT DISTINCT m.tag FROM unnest(p_mtag, p_mdelay) AS m (tag, d)
+                             WHERE m.d = 0 LOOP
+                        PERFORM @s@.wake(q);
+                    END LOOP;
+                END IF;
+                IF NOT pg_try_advisory_lock(@kr@, k) THEN  -- wake(p_tag), inline
+                    PERFORM pg_notify(@channel@, p_tag);
+                ELSIF NOT pg_advisory_unlock(@kr@, k) THEN
+                    RAISE EXCEPTION 'append: advisory lock vanished';
+                END IF;
+                o_tail := t + n;
+            END
+            $fn$
+            """,
+        ],
+    ),
 ]
