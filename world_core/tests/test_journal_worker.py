@@ -34,7 +34,7 @@ from world_core import (
     open_world,
     tool,
 )
-from world_core.errors import BackendUnavailableError, InvalidArgumentError
+from world_core.errors import BackendUnavailableError, InvalidArgumentError, NotFoundError
 from world_core.journal import _session
 from world_core.journal._worker import renew_interval
 
@@ -142,6 +142,15 @@ async def test_wait_with_timeout_0_looks_once(world: World) -> None:
     later = await client.submit("s", "again")
     with pytest.raises(TimeoutError):
         await client.wait("s", later, timeout=0)
+
+
+async def test_wait_for_a_turn_never_submitted_ends(world: World) -> None:
+    """``wait(timeout=None)`` for a turn with no input (a mistyped id) waited forever: it is
+    told NotFoundError once the turn is still missing at its first recheck."""
+    client = Client(world)
+    await client.submit("s", "hi")
+    with anyio.fail_after(WAIT), pytest.raises(NotFoundError, match="never submitted"):
+        await client.wait("s", "no-such-turn", timeout=None)
 
 
 async def test_a_failed_turn_is_released_for_a_retry(world: World) -> None:

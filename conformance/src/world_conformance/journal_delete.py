@@ -8,6 +8,7 @@ that died half-way is finished by calling again; a session with an unfinished tu
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
 import anyio
@@ -26,13 +27,16 @@ from world_core import (
     ModelReply,
     ModelRequest,
     ScriptedModel,
+    ToolCall,
     TurnNotReadyError,
     Worker,
     Workspace,
     World,
     delete_session,
     session_blobs,
+    tool,
 )
+from world_core.errors import NotFoundError
 from world_core.journal import blob_scope, session_digest, turn_events_stream
 from world_core.journal._continue import HistoryLimits, maybe_continue
 
@@ -182,6 +186,58 @@ class JournalDeleteContract(ContractBase):
         assert "session/c" in await _logs(world)
         await delete_session(world, "c", force=True)
         assert "session/c" not in await _logs(world)
+
+    async def test_a_client_waiting_on_a_turn_deleted_under_it_is_told(self, world: World) -> None:
+        """``Client.wait`` (with no timeout) on a turn whose session is deleted with ``force``
+        while its ``never`` call runs: the call ends and its worker writes the reply into a
+        new log of that id. The waiter is told the turn's end within a bounded time (the
+        reply, or that the turn is gone), instead of watching the deleted log forever."""
+        entered, release = anyio.Event(), anyio.Event()
+
+        async def charge() -> str:
+            """Charge the card."""
+            entered.set()
+            await release.wait()
+            return "charged"
+
+        def policy(request: ModelRequest) -> ModelReply:
+            if any(m["role"] == "tool" for m in request.messages):
+                return ModelReply(content="done")
+            return ModelReply(tool_calls=[ToolCall(id="c", name="charge", arguments="{}")])
+
+        agent = Agent(model=ScriptedModel(policy), tools=[tool(charge, replay="never")])
+        client = Client(world)
+        turn = await client.submit("d", "charge me")
+        ended: list[str] = []
+
+        async def waits() -> None:
+            try:
+                ended.append(await client.wait("d", turn, timeout=None))
+            except NotFoundError as exc:
+                ended.append(f"gone: {exc}")
+
+        with anyio.fail_after(WAIT * 2):
+            async with anyio.create_task_group() as group:
+                group.start_soon(partial(Worker(world, agent, crash=None).run_once, wait=WAIT))
+                await entered.wait()
+                group.start_soon(waits)
+                await anyio.sleep(0.2)  # the waiter watches the log
+                await delete_session(world, "d", force=True)
+                release.set()
+        assert len(ended) == 1
+        assert ended[0] == "done" or "was deleted" in ended[0], ended
+        # A queued turn deleted under its waiter leaves no end to tell: the waiter is told so.
+        queued = await client.submit("e", "never runs")
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as group:
+
+                async def deletes() -> None:
+                    await anyio.sleep(0.2)  # the waiter watches the log
+                    await delete_session(world, "e", force=True)
+
+                group.start_soon(deletes)
+                with pytest.raises(NotFoundError, match="was deleted while waited for"):
+                    await client.wait("e", queued, timeout=None)
 
     async def test_delete_session_deletes_the_child_sessions_its_turns_started(
         self, world: World

@@ -51,8 +51,19 @@ from world_core.journal._waits import (
 )
 from world_core.spi import MAX_ID_BYTES, Event, NewEvent, OutboxMessage, World, validate_id
 
-__all__ = ["DEFAULT_QUEUE", "Client", "TurnStatus", "turn_message", "turn_queue_key"]
+__all__ = [
+    "DEFAULT_QUEUE",
+    "WAIT_RECHECK",
+    "Client",
+    "TurnStatus",
+    "turn_message",
+    "turn_queue_key",
+]
 
+
+WAIT_RECHECK = 5.0
+"""Seconds between :meth:`Client.wait`'s looks at the turn's input (one keyed read), which tell
+it the turn was deleted under it (see there)."""
 
 TurnStatus = Literal["unknown", "queued", "running", "waiting", "done", "failed"]
 """``unknown``: never submitted; ``queued``: submitted, no step recorded yet (it may be waiting
@@ -238,6 +249,15 @@ class Client:
 
         A caller that stops waiting stops nothing: the turn goes on.
 
+        Every :data:`WAIT_RECHECK` seconds the wait also looks at the turn's input (one keyed
+        read): a turn whose input is gone was deleted under it (``delete_session`` with
+        ``force``), and a worker that was still running it writes its end into a new log of
+        that id, which the watch of the old one would never show. The wait then returns that
+        reply (or raises that failure) if there is one, else raises ``NotFoundError``: no
+        record of the turn is left for its end to be told in. So does a turn never submitted,
+        once it is still missing a recheck after the wait began. Even with ``timeout=None``
+        the wait therefore ends.
+
         Args:
             timeout: seconds to wait at most; None waits as long as it takes; 0 looks once
                 without waiting (the reply, the failure, or ``TimeoutError``).
@@ -245,6 +265,9 @@ class Client:
         Raises:
             TurnFailedError: the turn recorded a failure (error class, message, attempts, the
                 step it stopped at); resubmit it with :meth:`resubmit` if that makes sense.
+            NotFoundError: the turn was deleted while it was waited for (its session deleted
+                with ``force``) and left no end, or was never submitted: submit its message
+                again as a new turn if it is still wanted.
             TimeoutError: no reply or failure within ``timeout``.
         """
         session_log_id(session_id)
@@ -263,15 +286,44 @@ class Client:
             raise TimeoutError(f"turn {turn_id!r} of session {session_id!r} has not ended yet")
         with anyio.fail_after(timeout):
             log_id = await turn_log(self._world, session_id, turn_id)
-            tail = await self._world.log.tail(log_id)
+            after = await self._world.log.tail(log_id)
+            first = await self._world.log.get(log_id, f"turn/{turn_id}/input")
             found = await self._ended(session_id, turn_id)
             if found is not None:
                 return found
-            async for event in self._world.log.watch(log_id, after=tail):
-                if event.key == f"turn/{turn_id}/reply":
-                    return await self._reply_of(session_id, event)
-                if event.key == f"turn/{turn_id}/failure":
-                    raise _failure_of(session_id, turn_id, event)
+            while True:
+                with anyio.move_on_after(WAIT_RECHECK):
+                    events = self._world.log.watch(log_id, after=after)
+                    try:
+                        async for event in events:
+                            after = event.seq
+                            if event.key == f"turn/{turn_id}/reply":
+                                return await self._reply_of(session_id, event)
+                            if event.key == f"turn/{turn_id}/failure":
+                                raise _failure_of(session_id, turn_id, event)
+                    finally:
+                        close = getattr(events, "aclose", None)
+                        if close is not None:
+                            with anyio.CancelScope(shield=True):  # a watch every recheck
+                                await close()
+                now = await self._world.log.get(log_id, f"turn/{turn_id}/input")
+                if now is not None and (first is None or now.seq == first.seq):
+                    first = now
+                    continue
+                # Gone (or submitted again after a deletion): its end, if written, is in the
+                # log as it is now, where the watch's position means nothing.
+                found = await self._ended(session_id, turn_id)
+                if found is not None:
+                    return found
+                if now is not None:
+                    first, after = now, now.seq
+                    continue
+                what = "was never submitted" if first is None else "was deleted while waited for"
+                raise NotFoundError(
+                    f"turn {turn_id!r} of session {session_id!r} {what} (delete_session with "
+                    "force=True deletes a turn under its worker) and has no reply or failure to "
+                    "tell; submit its message again as a new turn if it is still wanted"
+                )
         raise AssertionError("unreachable: watch never ends by itself")
 
     async def _ended(self, session_id: str, turn_id: str) -> str | None:
