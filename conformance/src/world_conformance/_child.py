@@ -23,18 +23,27 @@ acknowledged operation, flushed at once):
         to log NAME, ``enqueue`` enqueues one message on queue NAME, ``write`` writes one
         chunk to stream NAME (each holding the word). Prints ``{"done": word}`` after each
         returned.
+    signal SESSION NAME PAYLOAD --sender S --id ID [--die-after-append]
+        ``Client.signal`` (PAYLOAD is JSON); prints ``{"sent": id}`` once it returned. With
+        ``--die-after-append`` the process kills itself (SIGKILL) as soon as the signal's
+        append returned, before the signal wakes anyone: a sender killed between its two
+        writes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+from collections.abc import Sequence
 
 import anyio
 import anyio.to_thread
 
-from world_core import NewEvent, World, open_world
+from world_conformance.wrappers import PassThroughLog, PassThroughWorld
+from world_core import Client, NewEvent, OutboxMessage, World, open_world
 
 __all__ = ["event_data", "main"]
 
@@ -96,12 +105,42 @@ async def _poke(world: World, args: argparse.Namespace) -> None:
         _say(done=word)
 
 
+class _DiesAfterSignal(PassThroughLog):
+    """A log whose process is killed (SIGKILL) once a signal's append returned."""
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        tail = await super().append(
+            log_id, events, expect_tail=expect_tail, status=status, messages=messages
+        )
+        if any((event.key or "").startswith("signal/") for event in events):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return tail
+
+
+async def _signal(world: World, args: argparse.Namespace) -> None:
+    if args.die_after_append:
+        world = PassThroughWorld(world, log=_DiesAfterSignal(world.log))
+    sent = await Client(world).signal(
+        args.session, args.name, json.loads(args.payload), sender=args.sender, signal_id=args.id
+    )
+    _say(sent=sent)
+
+
 _COMMANDS = {
     "append": _append,
     "claim": _claim,
     "work": _work,
     "write": _write,
     "poke": _poke,
+    "signal": _signal,
 }
 
 
@@ -138,6 +177,13 @@ def main(argv: list[str] | None = None) -> None:
     write.add_argument("--size", type=int, required=True)
     write.add_argument("--tag", required=True)
     write.add_argument("--pad", type=int, default=0)
+    send = commands.add_parser("signal")
+    send.add_argument("session")
+    send.add_argument("name")
+    send.add_argument("payload")
+    send.add_argument("--sender", required=True)
+    send.add_argument("--id", required=True)
+    send.add_argument("--die-after-append", action="store_true")
     poke = commands.add_parser("poke")
     poke.add_argument("name")
     anyio.run(_run, parser.parse_args(argv))

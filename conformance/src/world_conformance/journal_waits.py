@@ -8,6 +8,7 @@ fresh worker. Timings are only ever lower bounds (a timer never fires early), ne
 from __future__ import annotations
 
 import json
+import signal
 import time
 from functools import partial
 from typing import Any, ClassVar, Literal
@@ -16,7 +17,9 @@ import anyio
 import pytest
 
 from world_conformance._base import ContractBase
+from world_conformance._process import _spawn
 from world_conformance._support import WAIT
+from world_conformance._target import WorldTarget
 from world_core import (
     Agent,
     Client,
@@ -270,6 +273,41 @@ class JournalSignalContract(ContractBase):
         second = await client.submit("s", "again")
         statuses = await _until_done(world, _Waiter(0.5), second, within=WAIT)
         assert await client.reply("s", second) == "timed out", statuses
+
+    @pytest.mark.world_process
+    async def test_signals_of_a_sender_killed_before_its_wake_up_are_noticed(
+        self, world: World, world_target: WorldTarget
+    ) -> None:
+        """A sender process killed (SIGKILL) just after its signal's append, before it queued
+        the waiting turn's wake-up: the turn, waiting an hour for the signal, is resumed by
+        its worker's rechecks of the session (every 0.5 s here) instead of at its deadline."""
+        if not world.capabilities.shared:
+            pytest.skip("Capabilities.shared is false: one process at a time")
+        client = Client(world, queue=QUEUE)
+        turn = await client.submit("s", "hello")
+        agent = _Waiter(3600.0)
+        worker = Worker(
+            world, agent, queue=QUEUE, lease=LEASE, crash=None, retry_delay=0.1, signal_recheck=0.5
+        )
+        with anyio.fail_after(WAIT):
+            first = await worker.run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        sender = world_target.child_command(
+            "signal", "s", "go", '"hi"', "--sender", "bob", "--id", "lost", "--die-after-append"
+        )
+        async with _spawn([sender]) as (child,):
+            await child.go()
+            with anyio.fail_after(WAIT):
+                code = await child.process.wait()
+        assert code == -signal.SIGKILL, child.errors()
+        assert await world.log.get(session_log_id("s"), "signal/lost") is not None
+        statuses: list[str] = []
+        with anyio.fail_after(WAIT * 3):
+            while not statuses or statuses[-1] not in ("done", "failed"):
+                statuses.append(_status(await worker.run_once(wait=WAIT)))
+                assert statuses[-1] != "nothing came", f"the turn was not resumed: {statuses}"
+        assert statuses[-1] == "done", statuses
+        assert await client.reply("s", turn) == "hi from bob"
 
     async def test_signals_sent_before_the_wait_are_kept_for_it(self, world: World) -> None:
         """A signal sent before any turn waits for its name is consumed by the first wait for

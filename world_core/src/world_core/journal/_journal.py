@@ -1770,13 +1770,8 @@ class Journal:
         """The first signal ``name`` in the log, addressed to this turn (or, unless ``turn``
         is given, to the session), that no wait consumed yet."""
         session, _ = await read_session(self._world, self._log_id)
-        for body in session.signals:
-            if body.get("name") != name:
-                continue
-            target = body.get("turn")
-            if target == self.turn_id or (target is None and turn is None):
-                return dataclasses.asdict(Signal.from_body(body))
-        return None
+        body = session.signal_for(name, self.turn_id, addressed=turn is not None)
+        return None if body is None else dataclasses.asdict(Signal.from_body(body))
 
     def _reused_key(self, n: int, name: str, digest: str) -> str:
         """Step ``n``'s idempotency key: the key of the latest earlier call of the same tool

@@ -106,6 +106,18 @@ class SessionView:
         """The submitted turns it knows, in submission order (the order of their inputs)."""
         return [turn for turn, _ in sorted(self.inputs.items(), key=lambda item: item[1][0])]
 
+    def signal_for(self, name: str, turn_id: str, *, addressed: bool) -> dict[str, Any] | None:
+        """The first signal ``name`` no wait consumed yet that a wait of ``turn_id`` takes:
+        one addressed to that turn, or (unless the wait takes only those: ``addressed``) to
+        the session."""
+        for body in self.signals:
+            if body.get("name") != name:
+                continue
+            target = body.get("turn")
+            if target == turn_id or (target is None and not addressed):
+                return body
+        return None
+
     def earliest_unfinished(self, before: str | None = None) -> str | None:
         """The first submitted turn without a reply or failure (only among those submitted
         before ``before``, when given): the one turn of the session that may run now."""
