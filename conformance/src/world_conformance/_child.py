@@ -23,8 +23,9 @@ acknowledged operation, flushed at once):
         to log NAME, ``enqueue`` enqueues one message on queue NAME, ``write`` writes one
         chunk to stream NAME (each holding the word). Prints ``{"done": word}`` after each
         returned.
-    signal SESSION NAME PAYLOAD --sender S --id ID [--die-after-append]
-        ``Client.signal`` (PAYLOAD is JSON); prints ``{"sent": id}`` once it returned. With
+    signal SESSION NAME PAYLOAD --sender S --id ID --queue Q --check SECONDS [--die-after-append]
+        ``Client(queue=Q, signal_check=SECONDS).signal`` (PAYLOAD is JSON); prints ``{"sent":
+        id}`` once it returned. With
         ``--die-after-append`` the process kills itself (SIGKILL) as soon as the signal's
         append returned, before the signal wakes anyone: a sender killed between its two
         writes.
@@ -128,7 +129,8 @@ class _DiesAfterSignal(PassThroughLog):
 async def _signal(world: World, args: argparse.Namespace) -> None:
     if args.die_after_append:
         world = PassThroughWorld(world, log=_DiesAfterSignal(world.log))
-    sent = await Client(world).signal(
+    client = Client(world, queue=args.queue, signal_check=args.check)
+    sent = await client.signal(
         args.session, args.name, json.loads(args.payload), sender=args.sender, signal_id=args.id
     )
     _say(sent=sent)
@@ -183,6 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     send.add_argument("payload")
     send.add_argument("--sender", required=True)
     send.add_argument("--id", required=True)
+    send.add_argument("--queue", required=True)
+    send.add_argument("--check", type=float, required=True)
     send.add_argument("--die-after-append", action="store_true")
     poke = commands.add_parser("poke")
     poke.add_argument("name")

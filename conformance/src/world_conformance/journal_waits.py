@@ -280,21 +280,21 @@ class JournalSignalContract(ContractBase):
     ) -> None:
         """A sender process killed (SIGKILL) just after its signal's append, before it queued
         the waiting turn's wake-up: the turn, waiting an hour for the signal, is resumed by
-        its worker's rechecks of the session (every 0.5 s here) instead of at its deadline."""
+        the check its sender queued before the append (``Client(signal_check=0.5)``) instead
+        of at its deadline."""
         if not world.capabilities.shared:
             pytest.skip("Capabilities.shared is false: one process at a time")
         client = Client(world, queue=QUEUE)
         turn = await client.submit("s", "hello")
         agent = _Waiter(3600.0)
-        worker = Worker(
-            world, agent, queue=QUEUE, lease=LEASE, crash=None, retry_delay=0.1, signal_recheck=0.5
-        )
+        worker = Worker(world, agent, queue=QUEUE, lease=LEASE, crash=None, retry_delay=0.1)
         with anyio.fail_after(WAIT):
             first = await worker.run_once(wait=WAIT)
         assert _status(first) == "suspended", first
         sender = world_target.child_command(
-            "signal", "s", "go", '"hi"', "--sender", "bob", "--id", "lost", "--die-after-append"
-        )
+            "signal", "s", "go", '"hi"', "--sender", "bob", "--id", "lost",
+            "--queue", QUEUE, "--check", "0.5", "--die-after-append",
+        )  # fmt: skip
         async with _spawn([sender]) as (child,):
             await child.go()
             with anyio.fail_after(WAIT):
@@ -306,8 +306,45 @@ class JournalSignalContract(ContractBase):
             while not statuses or statuses[-1] not in ("done", "failed"):
                 statuses.append(_status(await worker.run_once(wait=WAIT)))
                 assert statuses[-1] != "nothing came", f"the turn was not resumed: {statuses}"
-        assert statuses[-1] == "done", statuses
+        assert statuses == ["checked", "done"], statuses
         assert await client.reply("s", turn) == "hi from bob"
+
+    async def test_a_signals_check_wakes_turns_only_for_an_unconsumed_signal(
+        self, world: World
+    ) -> None:
+        """The check a sender queues before its signal: after a sender that finished (the
+        signal consumed by the turn it woke) it wakes nobody; after a sender that died before
+        its append (a check, no signal) it wakes nobody either; the turn waiting goes on
+        waiting, and the signal sent later still wakes it."""
+        client = Client(world, queue=QUEUE, signal_check=0.2)
+        turn = await client.submit("s", "hello")
+        worker = Worker(world, _Waiter(3600.0), queue=QUEUE, lease=LEASE, crash=None)
+        with anyio.fail_after(WAIT):
+            assert _status(await worker.run_once(wait=WAIT)) == "suspended"
+        await client.signal("s", "go", "one", sender="bob", signal_id="first")
+        statuses: list[str] = []
+        with anyio.fail_after(WAIT * 2):
+            while len(statuses) < 2:
+                statuses.append(_status(await worker.run_once(wait=WAIT)))
+        assert sorted(statuses) == ["checked", "done"], statuses
+        assert await client.reply("s", turn) == "one from bob"
+        second = await client.submit("s", "again")
+        with anyio.fail_after(WAIT):
+            assert _status(await worker.run_once(wait=WAIT)) == "suspended"
+        # A sender that died after queueing its check, before its append: the check alone.
+        check = {"session_id": "s", "signal": "never-sent", "why": "signal-check"}
+        await world.queue.enqueue(QUEUE, json.dumps(check).encode())
+        with anyio.fail_after(WAIT):
+            result = await worker.run_once(wait=WAIT)
+        assert _status(result) == "checked", result
+        assert await client.reply("s", second) is None
+        await client.signal("s", "go", "two", sender="ann", signal_id="second")
+        statuses = []
+        with anyio.fail_after(WAIT * 2):
+            while len(statuses) < 2:
+                statuses.append(_status(await worker.run_once(wait=WAIT)))
+        assert sorted(statuses) == ["checked", "done"], statuses
+        assert await client.reply("s", second) == "two from ann"
 
     async def test_signals_sent_before_the_wait_are_kept_for_it(self, world: World) -> None:
         """A signal sent before any turn waits for its name is consumed by the first wait for

@@ -190,7 +190,6 @@ async def _worker(args: argparse.Namespace) -> int:
             grace=args.grace,
             max_attempts=args.max_attempts,
             turn_timeout=args.turn_timeout,
-            signal_recheck=args.signal_recheck,
         )
         if not args.once:
 
@@ -268,13 +267,6 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=3600.0,
         help="seconds one attempt of a turn may run before its failure is recorded",
-    )
-    worker.add_argument(
-        "--signal-recheck",
-        type=float,
-        default=30.0,
-        help="seconds between the looks a turn waiting for a signal gets at its session (the "
-        "longest a signal whose sender died before waking the turn goes unnoticed)",
     )
     worker.add_argument("--once", action="store_true", help="run one turn, then exit")
     worker.add_argument("--wait", type=float, default=30.0, help="with --once: seconds to wait")

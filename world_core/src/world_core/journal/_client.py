@@ -33,6 +33,7 @@ from world_core.journal._journal import (
 )
 from world_core.journal._live import TurnEvent, read_turn_events
 from world_core.journal._session import (
+    SessionView,
     append_session,
     current_log,
     read_session,
@@ -49,10 +50,19 @@ from world_core.journal._waits import (
     check_signal_payload,
     verify_signal,
 )
-from world_core.spi import MAX_ID_BYTES, Event, NewEvent, OutboxMessage, World, validate_id
+from world_core.spi import (
+    MAX_ID_BYTES,
+    Event,
+    NewEvent,
+    OutboxMessage,
+    World,
+    validate_id,
+    validate_queue_seconds,
+)
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "SIGNAL_CHECK_DELAY",
     "WAIT_RECHECK",
     "Client",
     "TurnStatus",
@@ -64,6 +74,13 @@ __all__ = [
 WAIT_RECHECK = 5.0
 """Seconds between :meth:`Client.wait`'s looks at the turn's input (one keyed read), which tell
 it the turn was deleted under it (see there)."""
+
+SIGNAL_CHECK_DELAY = 5.0
+"""Seconds after which the check a signal's sender queues before sending it is handed to a
+worker (``Client(signal_check=...)``; see :meth:`Client.signal`)."""
+
+SIGNAL_CHECK = "signal-check"
+"""The ``why`` of a queue message that is a signal's check, not a turn."""
 
 TurnStatus = Literal["unknown", "queued", "running", "waiting", "done", "failed"]
 """``unknown``: never submitted; ``queued``: submitted, no step recorded yet (it may be waiting
@@ -99,10 +116,19 @@ class Client:
         *,
         queue: str = DEFAULT_QUEUE,
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+        signal_check: float = SIGNAL_CHECK_DELAY,
     ) -> None:
+        """``signal_check``: seconds after which a worker of ``queue`` checks that a signal
+        sent through this client woke the turns waiting for it (see :meth:`signal`)."""
         self._world = world
         self._queue = validate_id(queue, "queue")
         self._blob_threshold = check_blob_threshold(blob_threshold)
+        if validate_queue_seconds(signal_check, "signal_check") <= 0:
+            raise InvalidArgumentError(
+                f"signal_check must be > 0 seconds, got {signal_check!r}: the check is meant "
+                "to come after the sender's own wake-ups"
+            )
+        self._signal_check = float(signal_check)
 
     async def submit(
         self,
@@ -389,6 +415,15 @@ class Client:
         Idempotent per ``signal_id``: sending it again counts once (a double-tapped button);
         the same id with another name, payload or turn is refused.
 
+        Three writes: a *check* queued with a delay (``Client(signal_check=5)`` seconds, on
+        this client's queue), the signal's append, the waiting turns' wake-ups. A sender that
+        dies between the append and the wake-ups (a killed process) leaves the signal in the
+        log and no wake-up; the check, handed to a worker when its delay is over, queues the
+        wake-ups again if the signal is still unconsumed (one read of the session), and does
+        nothing if it was consumed or never appended (the sender died before). So a signal
+        wakes its turn within the check's delay whatever happened to its sender, at the cost
+        of one delayed message a signal; a turn waiting costs nothing while it waits.
+
         Args:
             payload: JSON data, received by the waiting turn as sent (None, bool, int, finite
                 float, str, lists and dicts with str keys of them; a tuple arrives as a list).
@@ -442,6 +477,13 @@ class Client:
                 f"{MAX_SIGNAL_PAYLOAD_BYTES}; send a reference to it (a document, a URL)"
             )
         digest = digest_of({"name": name, "payload": payload, "turn": turn_id})
+        check = {"session_id": session_id, "signal": signal, "why": SIGNAL_CHECK}
+        await self._world.queue.enqueue(
+            self._queue,
+            canonical_json(check),
+            delay=self._signal_check,
+            dedup_key=turn_queue_key(session_id, f"{SIGNAL_CHECK}/{signal}"),
+        )
         body = {
             "t": "signal",
             "id": signal,
@@ -514,19 +556,11 @@ class Client:
         )
 
     async def _wake_waiting(self, session_id: str, name: str, turn_id: str | None) -> None:
-        """Queue a wake-up for the turn waiting for signal ``name``, if one is. Read after the
+        """Queue a wake-up for the turns waiting for signal ``name``, if any. Read after the
         signal's append: a wait written before it is seen here; one written after it finds
         the signal itself."""
         session, _ = await read_session(self._world, await current_log(self._world, session_id))
-        for (turn, step), intent in session.open_waits.items():
-            if intent.get("signal") != name or (turn_id is not None and turn != turn_id):
-                continue
-            wake = {"session_id": session_id, "turn_id": turn, "wake": step, "why": "signal"}
-            await self._world.queue.enqueue(
-                str(intent.get("queue") or self._queue),  # the waiting turn's workers' queue
-                canonical_json(wake),
-                dedup_key=turn_queue_key(session_id, turn, f"/signal-{step}"),
-            )
+        await _queue_wake_ups(self._world, self._queue, session_id, session, name, turn_id)
 
     async def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """Tool calls of the session waiting for a decision (:meth:`approve`, :meth:`reject`),
@@ -697,3 +731,44 @@ def _failure_of(session_id: str, turn_id: str, event: Event) -> TurnFailedError:
         attempts=attempts,
         step=step if isinstance(step, int) else None,
     )
+
+
+async def check_signal(world: World, queue: str, session_id: str, signal_id: str) -> list[str]:
+    """The check :meth:`Client.signal` queued before sending ``signal_id``: if the signal is in
+    the session's log and no wait consumed it yet, queue the wake-ups of the turns waiting for
+    it again (deduplicated with its sender's, if those are still queued; one a wait already
+    resumed is dropped as stale). Returns the turns woken (none if the signal was consumed,
+    or never appended: its sender died before)."""
+    session, _ = await read_session(world, await current_log(world, session_id))
+    for body in session.signals:
+        if body.get("id") == signal_id:
+            name, turn = str(body.get("name")), body.get("turn")
+            return await _queue_wake_ups(
+                world, queue, session_id, session, name, None if turn is None else str(turn)
+            )
+    return []
+
+
+async def _queue_wake_ups(
+    world: World,
+    queue: str,
+    session_id: str,
+    session: SessionView,
+    name: str,
+    turn_id: str | None,
+) -> list[str]:
+    """Queue a wake-up for each turn of ``session`` waiting for signal ``name`` (only
+    ``turn_id``'s, for a signal addressed to it), on the queue of the turn's workers
+    (``queue`` if its wait does not say); returns those turns."""
+    woken: list[str] = []
+    for (turn, step), intent in session.open_waits.items():
+        if intent.get("signal") != name or (turn_id is not None and turn != turn_id):
+            continue
+        wake = {"session_id": session_id, "turn_id": turn, "wake": step, "why": "signal"}
+        await world.queue.enqueue(
+            str(intent.get("queue") or queue),  # the waiting turn's workers' queue
+            canonical_json(wake),
+            dedup_key=turn_queue_key(session_id, turn, f"/signal-{step}"),
+        )
+        woken.append(turn)
+    return woken

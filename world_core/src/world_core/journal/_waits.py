@@ -6,9 +6,9 @@ it ended: the timer fired, a signal was consumed (which one, from whom), or the 
 Between the two the turn is *suspended*: :class:`TurnSuspended` leaves the agent code, and the
 worker acks the turn's message after queueing a wake-up for the deadline, so nothing (no
 worker, connection or memory) is held while it waits. A signal sent meanwhile queues a wake-up
-of its own; in case its sender died before that, a turn waiting for a signal also gets a look
-at its session every ``Worker(signal_recheck=...)`` seconds (see
-:data:`~world_core.journal._worker.DEFAULT_SIGNAL_RECHECK`). A wake-up for a wait another
+of its own, and, in case its sender dies before that, a delayed check that queues the wake-up
+again if the signal is still unconsumed (see :meth:`Client.signal
+<world_core.Client.signal>`). A wake-up for a wait another
 message already resumed is stale and is dropped; the outcome's ``by`` (the message that wrote
 it) tells them apart.
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import signal
 import socket
@@ -72,7 +71,7 @@ from world_core.errors import (
     ToolError,
     WorldError,
 )
-from world_core.journal._client import DEFAULT_QUEUE, turn_queue_key
+from world_core.journal._client import DEFAULT_QUEUE, SIGNAL_CHECK, check_signal, turn_queue_key
 from world_core.journal._continue import HistoryLimits, maybe_continue
 from world_core.journal._crash import CrashPoint, SimulatedCrash, crash_point_from_env
 from world_core.journal._journal import Journal, canonical_json, check_turn_id, session_log_id
@@ -91,12 +90,10 @@ from world_core.journal._order import (
     notify_parent,
     send_unsent,
 )
-from world_core.journal._session import read_session, turn_log
 from world_core.journal._waits import TurnSuspended
 from world_core.spi import Lease, World, validate_duration, validate_id, validate_queue_seconds
 
 __all__ = [
-    "DEFAULT_SIGNAL_RECHECK",
     "DETERMINISTIC_ERRORS",
     "TRANSIENT_ERRORS",
     "TurnAgent",
@@ -106,22 +103,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("world.worker")
-
-DEFAULT_SIGNAL_RECHECK = 30.0
-"""Seconds between the looks a turn suspended in a wait for a signal (``wait_for_signal``, an
-approval, a child run) gets at its session log.
-
-A sender appends the signal, then queues the waiting turn's wake-up: two writes, so a sender
-killed between them leaves the signal in the log and no wake-up. Rather than leave the turn
-asleep until its wait's deadline (a day, for an approval), the worker that suspends it also
-queues a *recheck* message, and each recheck looks at the session (one read from its latest
-checkpoint, no agent code run): a signal the wait would take there resumes the turn in this
-very message; otherwise the next recheck is queued and this one acked; a wait that has ended
-(another message resumed it) ends the rechecks. So a signal is noticed within this many
-seconds whatever happened to its sender, and a turn waiting for one costs one queue message
-per interval while it waits (the deadline's wake-up is queued as before). Rechecks are keyed
-by their due time in whole intervals of the store's clock, so two chains of them (a message
-that suspended the turn again after a crash) merge into one."""
 
 Status = Literal[
     "done",
@@ -135,6 +116,7 @@ Status = Literal[
     "superseded",
     "shutdown",
     "invalid",
+    "checked",
 ]
 
 DETERMINISTIC_ERRORS: tuple[type[BaseException], ...] = (
@@ -192,12 +174,12 @@ class TurnResult:
     running a ``never`` tool), ``queued`` (an earlier turn of the session has not ended: the
     turn was handed on to run after it, and its message acked), ``suspended`` (the turn
     waits for a timer, a signal or an approval: a wake-up is queued for its deadline and the
-    message acked; nothing is held meanwhile; also a recheck of a signal wait that found no
-    signal yet: the next one is queued),
-    ``stale`` (a wake-up for a wait that another message already resumed, or a recheck of a
-    wait that has ended; acked), ``shutdown``
+    message acked; nothing is held meanwhile),
+    ``stale`` (a wake-up for a wait that another message already resumed; acked), ``shutdown``
     (stopped by a signal; released), ``invalid`` (the message was not a turn; acked and
-    dropped).
+    dropped), ``checked`` (not a turn: the check a signal's sender queued before sending it,
+    see :meth:`Client.signal <world_core.Client.signal>`; the wake-ups of the turns waiting
+    for the signal were queued again, if it is there and still unconsumed; acked).
     """
 
     session_id: str
@@ -255,9 +237,6 @@ class Worker:
         observers: factories of the observers of each run (see
             :mod:`world_core.journal._observer`); None: the defaults registered by the layers
             above (the live event stream of :mod:`world_core.observe`); ``[]``: none.
-        signal_recheck: seconds between the looks a turn waiting for a signal gets at its
-            session log (see :data:`DEFAULT_SIGNAL_RECHECK`): the longest a signal whose
-            sender died before waking the turn waits to be noticed.
     """
 
     def __init__(
@@ -276,7 +255,6 @@ class Worker:
         turn_timeout: float = 3600.0,
         history_limits: HistoryLimits | None = None,
         observers: Sequence[ObserverFactory] | None = None,
-        signal_recheck: float = DEFAULT_SIGNAL_RECHECK,
     ) -> None:
         if not callable(agent) and not callable(getattr(agent, "run_turn", None)):
             raise InvalidArgumentError(
@@ -289,8 +267,6 @@ class Worker:
             raise InvalidArgumentError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         if validate_duration(turn_timeout, "turn_timeout") <= 0:
             raise InvalidArgumentError("turn_timeout must be > 0 seconds")
-        if validate_queue_seconds(signal_recheck, "signal_recheck") <= 0:
-            raise InvalidArgumentError("signal_recheck must be > 0 seconds")
         self.world = world
         self._agent = agent
         self.queue = validate_id(queue, "queue")
@@ -305,7 +281,6 @@ class Worker:
             history_limits if history_limits is not None else HistoryLimits.from_env()
         )
         self.turn_timeout = float(turn_timeout)
-        self.signal_recheck = float(signal_recheck)
         if observers is not None and not all(callable(factory) for factory in observers):
             raise InvalidArgumentError(
                 f"observers must be a list of observer factories (callables), got {observers!r}"
@@ -435,8 +410,14 @@ class Worker:
     ) -> TurnResult:
         try:
             body = json.loads(lease.payload)
-            session_id, turn_id = str(body["session_id"]), str(body["turn_id"])
+            session_id = str(body["session_id"])
             session_log_id(session_id)
+            if body.get("why") == SIGNAL_CHECK:  # not a turn: a signal's check
+                signal_id = body["signal"]
+                if not isinstance(signal_id, str):
+                    raise TypeError("a signal check's signal id is a str")
+                return await self._check_signal(lease, session_id, signal_id)
+            turn_id = str(body["turn_id"])
             check_turn_id(turn_id)
         except (ValueError, KeyError, TypeError):  # InvalidArgumentError is a ValueError
             log.error("dropping message %s: not a turn: %r", lease.message_id, lease.payload[:100])
@@ -447,10 +428,6 @@ class Worker:
         clock = _LeaseClock(
             lease, self.lease, claimed_at if claimed_at is not None else time.monotonic()
         )
-        if body.get("why") == "recheck":
-            rechecked = await self._recheck(lease, body, clock)
-            if rechecked is not None:
-                return rechecked  # still waiting, or the wait is over: nothing to run
         current = lease
         lost = False
         shutdown = False
@@ -723,10 +700,6 @@ class Worker:
                     delay=delay,
                     dedup_key=turn_queue_key(session_id, turn_id, f"/wake-{suspended.step}"),
                 )
-                if suspended.signal is not None:
-                    await self._queue_recheck(
-                        session_id, turn_id, suspended.step, suspended.wake_at, clock()
-                    )
             except Exception as exc:  # never take the worker down: the message comes back
                 log.warning("turn %s/%s: queueing its wake-up failed: %s", session_id, turn_id, exc)
                 await self._settle(lease, ack=False, delay=min(delay, self.retry_delay))
@@ -741,52 +714,20 @@ class Worker:
         )
         await self._settle(lease, ack=True)
 
-    async def _queue_recheck(
-        self, session_id: str, turn_id: str, step: int, deadline: float, now: float
-    ) -> None:
-        """Queue the next look at the signal wait at ``step`` (see
-        :data:`DEFAULT_SIGNAL_RECHECK`), unless its deadline's wake-up comes first."""
-        slot = math.floor(now / self.signal_recheck) + 1
-        due = slot * self.signal_recheck
-        if due >= deadline:
-            return
-        recheck = {"session_id": session_id, "turn_id": turn_id, "wake": step, "why": "recheck"}
-        await self.world.queue.enqueue(
-            self.queue,
-            canonical_json(recheck),
-            delay=due - now,
-            dedup_key=turn_queue_key(session_id, turn_id, f"/recheck-{step}-{slot}"),
-        )
-
-    async def _recheck(
-        self, lease: Lease, body: dict[str, Any], clock: Callable[[], float]
-    ) -> TurnResult | None:
-        """A recheck of a signal wait (see :data:`DEFAULT_SIGNAL_RECHECK`): None when the turn
-        is to run now (a signal for the wait is in the log, or its deadline passed), else
-        the message is settled here and what happened to it returned."""
-        session_id, turn_id = str(body["session_id"]), str(body["turn_id"])
-        step = body.get("wake")
-        log_id = await turn_log(self.world, session_id, turn_id)
-        session, _ = await read_session(self.world, log_id)
-        intent = session.open_waits.get((turn_id, step)) if isinstance(step, int) else None
-        if intent is None or not isinstance(step, int):  # the wait (or the turn) has ended
-            await self._settle(lease, ack=True)
-            return TurnResult(session_id, turn_id, "stale")
-        deadline = float(intent.get("deadline") or 0.0)
-        found = session.signal_for(
-            str(intent.get("signal")), turn_id, addressed=intent.get("for_turn") is not None
-        )
-        if found is not None or clock() >= deadline:
-            return None
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._queue_recheck(session_id, turn_id, step, deadline, clock())
-            except Exception as exc:  # the message comes back and tries again
-                log.warning("turn %s/%s: queueing its recheck failed: %s", session_id, turn_id, exc)
-                await self._settle(lease, ack=False, delay=self.retry_delay)
-                return TurnResult(session_id, turn_id, "retry", error=_describe(exc))
+    async def _check_signal(self, lease: Lease, session_id: str, signal_id: str) -> TurnResult:
+        """The check :meth:`Client.signal` queued before sending ``signal_id`` (see there):
+        the wake-ups of the turns waiting for it queued again if it is still unconsumed; the
+        message acked, or released for another try after a fault."""
+        try:
+            woken = await check_signal(self.world, self.queue, session_id, signal_id)
+        except Exception as exc:  # never take the worker down: the message comes back
+            log.warning("session %s: checking signal %s failed: %s", session_id, signal_id, exc)
+            await self._settle(lease, ack=False, delay=self.retry_delay)
+            return TurnResult(session_id, "?", "retry", error=_describe(exc))
+        if woken:
+            log.info("session %s: signal %s woke %s again", session_id, signal_id, woken)
         await self._settle(lease, ack=True)
-        return TurnResult(session_id, turn_id, "suspended")
+        return TurnResult(session_id, woken[0] if woken else "?", "checked")
 
     async def _hand_on(
         self,
