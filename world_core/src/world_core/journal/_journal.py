@@ -1464,7 +1464,8 @@ class Journal:
     def _wrote(self, batch: list[NewEvent], tail: int) -> None:
         self._tail = tail
         self._appended_events += len(batch)
-        self._appended_bytes += sum(len(event.data) for event in batch)
+        for event in batch:
+            self._appended_bytes += len(event.data)
 
     async def _retrying(
         self,
@@ -1568,14 +1569,16 @@ class Journal:
         parts: tuple[dict[str, Any], dict[str, Any]] | None = None,
     ) -> int:
         """Take the next step number; check a recorded step there matches."""
-        self._check_usable()
-        self._check_order()
-        self._check_not_suspended_or_in_tool()
+        if (
+            self._broken is not None
+            or self._turn.waiting_for is not None
+            or self._suspended_at is not None
+            or self._in_tool is not None
+        ):  # only then can a check below refuse (asked here first: every step asks)
+            self._check_usable()
+            self._check_order()
+            self._check_not_suspended_or_in_tool()
         n = self._next
-
-        def attempted() -> dict[str, Any]:
-            return {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
-
         step = self._turn.steps.get(n)
         if step is not None:
             recorded = step.identity
@@ -1586,9 +1589,10 @@ class Journal:
                     old_parts = source.get("parts")
                     if isinstance(old_parts, dict):
                         detail = _request_difference(old_parts, parts[0], parts[1])
-                raise self._mismatch(n, recorded, attempted(), detail)
+                raise self._mismatch(n, recorded, _attempted(kind, name, digest, preview), detail)
         elif self._turn.reply is not None:
-            raise self._mismatch(n, "end of turn (reply recorded)", attempted())
+            attempted = _attempted(kind, name, digest, preview)
+            raise self._mismatch(n, "end of turn (reply recorded)", attempted)
         self._next += 1
         self._started[n] = round(self._clock(), 3)
         return n
@@ -1902,7 +1906,8 @@ class Journal:
                 await self._append([self._event("intent", intent_body, n, gen=gen)])
                 self._record(n, intent=intent_body)
             self._taking = info
-            notify(observer, "step_started", info)
+            if observer is not None:
+                notify(observer, "step_started", info)
             if crash is not None and crash.step == n and crash.when == "before_run":
                 crash.hit()
             context: ToolContext | None = None
@@ -2158,14 +2163,17 @@ class Journal:
                 after()
         # Return what replay will return: the JSON form, not the Python objects.
         decoded = _json_form(result, encoded)
-        self._tell_finished(n, identity, decoded, staged, not deferred)
+        if self._observer is not None:
+            self._tell_finished(n, identity, decoded, staged, not deferred)
         return decoded
 
     def _record(
         self, n: int, *, intent: dict[str, Any] | None = None, outcome: dict[str, Any] | None = None
     ) -> None:
-        new = n not in self._turn.steps
-        step = self._turn.steps.setdefault(n, _Step())
+        step = self._turn.steps.get(n)
+        new = step is None
+        if step is None:
+            step = self._turn.steps[n] = _Step()
         if intent is not None:
             step.intent = intent
         if outcome is not None:
@@ -2180,6 +2188,11 @@ class Journal:
             return loaded
         result: dict[str, Any] = outcome["result"]
         return result
+
+
+def _attempted(kind: str, name: str, digest: str, preview: object) -> dict[str, Any]:
+    """A step's identity as a mismatch report shows what the code does now."""
+    return {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
 
 
 class _ClaimConflict(Exception):

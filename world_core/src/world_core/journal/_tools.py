@@ -85,7 +85,8 @@ def idempotency_key(session_id: str, turn_id: str, step: int) -> str:
     and distinct ids distinct keys (up to a digest collision: a full key never has the
     shortened form, and a turn id has no ``/``, so a full key names one session and turn)."""
     full = f"{session_id}/{turn_id}/step-{step}"
-    if len(full.encode("utf-8")) <= MAX_IDEMPOTENCY_KEY_BYTES and not _SHORT_KEY.search(full):
+    shortened = "~" in full and _SHORT_KEY.search(full)  # (no "~": nothing to search)
+    if len(full.encode("utf-8")) <= MAX_IDEMPOTENCY_KEY_BYTES and not shortened:
         return full  # (a full key that looks shortened is shortened too: no two ids share one)
     digest = hashlib.sha256(f"{session_id}/{turn_id}".encode()).hexdigest()[:32]
     start = session_id.encode("utf-8")[:_KEY_PREFIX_BYTES].decode("utf-8", "ignore")
@@ -459,7 +460,7 @@ class Tool:
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = context
         if self.is_async:
-            return await cast("Callable[..., Awaitable[Any]]", self.fn)(**kwargs)
+            return await self.fn(**kwargs)
         call = _ThreadCall(lambda: self.fn(**kwargs))
         try:
             return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
