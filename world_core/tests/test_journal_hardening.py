@@ -365,6 +365,30 @@ async def test_an_async_tool_is_cancelled_at_its_timeout(
     assert again.tool_runs == 0
 
 
+async def test_a_cancelled_turn_stops_at_its_next_step_though_nothing_awaits(
+    world: World, turn: str
+) -> None:
+    """Each step is a cancellation point: a turn cancelled (its lease lost, SIGTERM's grace
+    over) while its tools never await, and whose safe outcomes wait for a later append, stops
+    before the next step runs anything."""
+    ran: list[int] = []
+    with anyio.CancelScope() as scope:
+
+        async def cancel_then_count(i: int) -> int:
+            """Count; the first call cancels the turn. Never awaits."""
+            if not ran:
+                scope.cancel()
+            ran.append(i)
+            return i
+
+        counting = tool(cancel_then_count, replay="safe")
+        journal = await Journal.open(world, "s", turn)
+        await journal.call(counting, {"i": 0})
+        await journal.call(counting, {"i": 1})
+    assert scope.cancelled_caught
+    assert ran == [0]
+
+
 async def test_a_sync_tool_outliving_its_timeout_is_abandoned_and_logged(
     world: World, turn: str, caplog: pytest.LogCaptureFixture
 ) -> None:

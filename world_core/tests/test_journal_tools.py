@@ -98,6 +98,41 @@ def test_parse_validates_and_fills_defaults() -> None:
         refund_tool.parse({"order_id": "A1", "amount": 1, "extra": True})
 
 
+def test_parse_gives_what_pydantic_gives_for_arguments_of_their_exact_types() -> None:
+    """Arguments of exactly the declared bare types are not validated again by pydantic: what
+    parse returns is what pydantic's validation and dump give, in the model's field order;
+    any others (a str or bool for an int, a missing, extra or non-str key, not a dict) go
+    through pydantic, converted or refused."""
+
+    async def pick(count: int, label: str, flag: bool = False) -> None:
+        """Pick."""
+
+    picker = tool(pick, replay="never")
+
+    def validated(arguments: Any) -> dict[str, Any]:
+        return picker.arguments.model_validate(arguments).model_dump(mode="json")
+
+    for arguments in (
+        {"label": "\ud83d lone surrogate", "flag": True, "count": 10**400},
+        {"count": -1, "label": "", "flag": False},
+        {"count": True, "label": "y", "flag": 1},
+        {"count": "4", "label": "x"},
+    ):
+        parsed = picker.parse(arguments)
+        assert parsed == validated(arguments)
+        assert list(parsed) == ["count", "label", "flag"]
+        assert [type(value) for value in parsed.values()] == [int, str, bool]
+    refused: list[Any] = [
+        {"count": 1},
+        {"count": 1, "label": "x", "flag": 1, "more": 0},
+        [1],
+        {1: 2},
+    ]
+    for bad in refused:
+        with pytest.raises(InvalidArgumentError, match="invalid arguments for pick"):
+            picker.parse(bad)
+
+
 async def test_call_passes_the_context_and_runs_sync_tools() -> None:
     refund_tool = tool(refund, replay="never")
     context = ToolContext("s", "t", 4)

@@ -116,6 +116,7 @@ from typing import Any, Literal, TypeVar, cast
 import anyio
 import anyio.lowlevel
 import pydantic
+from anyio.abc import AsyncBackend
 from pydantic_core import to_jsonable_python
 
 from world_core.errors import (
@@ -575,6 +576,7 @@ class Journal:
         self._taking: StepInfo | None = None  # the step _take runs now, as observers see it
         self._calls: dict[tuple[str, str], list[int]] | None = None  # see _latest_call
         self._shielding = False  # within _shielded (this Journal is used by one task)
+        self._anyio: type[AsyncBackend] | None = None  # see _backend
         self._tail = turn.tail  # the log's tail after this Journal's last write: _void_intent
         self.lease_refusal: LeaseLostError | None = None
         """Set when a tool's :meth:`ToolContext.check` refused because the lease was lost: the
@@ -1462,7 +1464,8 @@ class Journal:
     def _wrote(self, batch: list[NewEvent], tail: int) -> None:
         self._tail = tail
         self._appended_events += len(batch)
-        self._appended_bytes += sum(len(event.data) for event in batch)
+        for event in batch:
+            self._appended_bytes += len(event.data)
 
     async def _retrying(
         self,
@@ -1499,13 +1502,26 @@ class Journal:
             await anyio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
+    def _backend(self) -> type[AsyncBackend]:
+        """anyio's backend for the async library this Journal runs under, looked up once:
+        each public anyio call (``CancelScope``, ``move_on_after``, ``current_time``, a
+        checkpoint) looks it up again through sniffio, about 1.2 us of CPU a time and four a
+        ``never`` step. The scopes, clock and checkpoint are the backend's own, those calls'
+        very implementation: only the lookup is saved. The backend is one per library
+        (asyncio, trio), not per event loop, and a Journal is not carried from one library
+        to the other (its World's connections belong to the first)."""
+        backend = self._anyio
+        if backend is None:
+            backend = self._anyio = anyio.lowlevel.current_token().backend_class
+        return backend
+
     async def _shielded(self, operation: Callable[[], Awaitable[T]]) -> T:
         """``operation()`` shielded from cancellation. Inside, journal writes open no cancel
         scope of their own: a shield in a shield changes nothing and costs a scope each (a
         never step took five; now two and its tool's deadline)."""
         if self._shielding:
             return await operation()
-        with anyio.CancelScope(shield=True):
+        with self._backend().create_cancel_scope(shield=True):
             self._shielding = True
             try:
                 return await operation()
@@ -1553,14 +1569,16 @@ class Journal:
         parts: tuple[dict[str, Any], dict[str, Any]] | None = None,
     ) -> int:
         """Take the next step number; check a recorded step there matches."""
-        self._check_usable()
-        self._check_order()
-        self._check_not_suspended_or_in_tool()
+        if (
+            self._broken is not None
+            or self._turn.waiting_for is not None
+            or self._suspended_at is not None
+            or self._in_tool is not None
+        ):  # only then can a check below refuse (asked here first: every step asks)
+            self._check_usable()
+            self._check_order()
+            self._check_not_suspended_or_in_tool()
         n = self._next
-
-        def attempted() -> dict[str, Any]:
-            return {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
-
         step = self._turn.steps.get(n)
         if step is not None:
             recorded = step.identity
@@ -1571,9 +1589,10 @@ class Journal:
                     old_parts = source.get("parts")
                     if isinstance(old_parts, dict):
                         detail = _request_difference(old_parts, parts[0], parts[1])
-                raise self._mismatch(n, recorded, attempted(), detail)
+                raise self._mismatch(n, recorded, _attempted(kind, name, digest, preview), detail)
         elif self._turn.reply is not None:
-            raise self._mismatch(n, "end of turn (reply recorded)", attempted())
+            attempted = _attempted(kind, name, digest, preview)
+            raise self._mismatch(n, "end of turn (reply recorded)", attempted)
         self._next += 1
         self._started[n] = round(self._clock(), 3)
         return n
@@ -1612,7 +1631,7 @@ class Journal:
         # Every journal write is shielded, so a model client or tool that never awaits would
         # give a cancelled turn (a lost lease, the grace after SIGTERM) no point to stop at:
         # each step is one.
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await self._backend().checkpoint_if_cancelled()
         n = self._claim_position(kind, name, digest, preview, parts)
         if shown is None:
             shown = _preview(preview)
@@ -1641,7 +1660,7 @@ class Journal:
     ) -> dict[str, Any]:
         """A wait as step n: intent (deadline) before, outcome (fired, a signal, timed out)
         after, written at once: the first writer of the outcome owns the turn from there."""
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await self._backend().checkpoint_if_cancelled()
         digest = _wait_digest(spec)
         n = self._claim_position(kind, name, digest, spec)
         try:
@@ -1882,7 +1901,8 @@ class Journal:
                 await self._append([self._event("intent", intent_body, n, gen=gen)])
                 self._record(n, intent=intent_body)
             self._taking = info
-            notify(observer, "step_started", info)
+            if observer is not None:
+                notify(observer, "step_started", info)
             if crash is not None and crash.step == n and crash.when == "before_run":
                 crash.hit()
             context: ToolContext | None = None
@@ -1891,7 +1911,7 @@ class Journal:
                 self._in_tool = name
                 try:
                     self.tool_runs += 1
-                    result = await _run_tool(tool_run[0], tool_run[1], context)
+                    result = await _run_tool(tool_run[0], tool_run[1], context, self._backend())
                 except LeaseLostError as exc:
                     if exc is context.refusal:
                         await self._refused(n, exc, gen if intent_body is not None else None)
@@ -2022,7 +2042,7 @@ class Journal:
                     self._in_tool = name
                     try:
                         self.tool_runs += 1
-                        result = await _run_tool(tool_run[0], tool_run[1], context)
+                        result = await _run_tool(tool_run[0], tool_run[1], context, self._backend())
                     except LeaseLostError as exc:
                         if exc is context.refusal:  # a safe call: no intent to void
                             await self._refused(n, exc, None)
@@ -2138,14 +2158,17 @@ class Journal:
                 after()
         # Return what replay will return: the JSON form, not the Python objects.
         decoded = _json_form(result, encoded)
-        self._tell_finished(n, identity, decoded, staged, not deferred)
+        if self._observer is not None:
+            self._tell_finished(n, identity, decoded, staged, not deferred)
         return decoded
 
     def _record(
         self, n: int, *, intent: dict[str, Any] | None = None, outcome: dict[str, Any] | None = None
     ) -> None:
-        new = n not in self._turn.steps
-        step = self._turn.steps.setdefault(n, _Step())
+        step = self._turn.steps.get(n)
+        new = step is None
+        if step is None:
+            step = self._turn.steps[n] = _Step()
         if intent is not None:
             step.intent = intent
         if outcome is not None:
@@ -2160,6 +2183,11 @@ class Journal:
             return loaded
         result: dict[str, Any] = outcome["result"]
         return result
+
+
+def _attempted(kind: str, name: str, digest: str, preview: object) -> dict[str, Any]:
+    """A step's identity as a mismatch report shows what the code does now."""
+    return {"kind": kind, "name": name, "digest": digest, "preview": _preview(preview)}
 
 
 class _ClaimConflict(Exception):
@@ -2226,7 +2254,9 @@ def _cancelling(exc: BaseException) -> bool:
     return task is None or task.cancelling() > 0
 
 
-async def _run_tool(tool: Tool, args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+async def _run_tool(
+    tool: Tool, args: dict[str, Any], context: ToolContext, backend: type[AsyncBackend]
+) -> dict[str, Any]:
     """Run one tool call within its deadline; its return value, error or timeout as a result.
 
     Anything the tool raises is its outcome, ``SystemExit``, ``KeyboardInterrupt`` and other
@@ -2235,7 +2265,9 @@ async def _run_tool(tool: Tool, args: dict[str, Any], context: ToolContext) -> d
     the tool raises on its own (say, from a future something else cancelled) is its outcome."""
     value: Any = None
     returned = False
-    with anyio.move_on_after(max(0.0, context.time_left())) as scope:
+    # anyio.move_on_after(delay), on the backend the caller looked up once (Journal._backend).
+    deadline = backend.current_time() + max(0.0, context.time_left())
+    with backend.create_cancel_scope(deadline=deadline) as scope:
         try:
             value = await tool.call(args, context)
             returned = True

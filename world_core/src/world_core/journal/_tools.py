@@ -85,7 +85,8 @@ def idempotency_key(session_id: str, turn_id: str, step: int) -> str:
     and distinct ids distinct keys (up to a digest collision: a full key never has the
     shortened form, and a turn id has no ``/``, so a full key names one session and turn)."""
     full = f"{session_id}/{turn_id}/step-{step}"
-    if len(full.encode("utf-8")) <= MAX_IDEMPOTENCY_KEY_BYTES and not _SHORT_KEY.search(full):
+    shortened = "~" in full and _SHORT_KEY.search(full)  # (no "~": nothing to search)
+    if len(full.encode("utf-8")) <= MAX_IDEMPOTENCY_KEY_BYTES and not shortened:
         return full  # (a full key that looks shortened is shortened too: no two ids share one)
     digest = hashlib.sha256(f"{session_id}/{turn_id}".encode()).hexdigest()[:32]
     start = session_id.encode("utf-8")[:_KEY_PREFIX_BYTES].decode("utf-8", "ignore")
@@ -438,6 +439,9 @@ class Tool:
         Raises:
             InvalidArgumentError: they do not match the schema (the message is for the model).
         """
+        same = self._as_validated(arguments)
+        if same is not None:
+            return same
         try:
             model = self.arguments.model_validate(arguments)
         except pydantic.ValidationError as exc:
@@ -449,20 +453,14 @@ class Tool:
     async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
         """Run the tool with validated arguments (sync functions run in a worker thread, which
         is abandoned, still running, if the call is cancelled: a thread cannot be stopped)."""
-        plain = self._plain
-        if (
-            plain is not None
-            and len(arguments) == len(plain)
-            and all(type(arguments.get(name)) is kind for name, kind in plain)
-        ):
-            kwargs = dict(arguments)  # equal to what validating them again would give
-        else:
+        kwargs = self._as_validated(arguments)
+        if kwargs is None:
             model = self.arguments.model_validate(arguments)
             kwargs = {name: getattr(model, name) for name in self._parameters}
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = context
         if self.is_async:
-            return await cast("Callable[..., Awaitable[Any]]", self.fn)(**kwargs)
+            return await self.fn(**kwargs)
         call = _ThreadCall(lambda: self.fn(**kwargs))
         try:
             return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
@@ -480,13 +478,27 @@ class Tool:
     def _parameters(self) -> tuple[str, ...]:
         return tuple(self.arguments.model_fields)
 
+    def _as_validated(self, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """What validating ``arguments`` gives (as :meth:`parse` returns it), without
+        pydantic, when that is known to be the same values: every argument of a plain tool
+        (:attr:`_plain`) is there, of exactly its type, and nothing else is. Else None:
+        pydantic validates them (and defaults, conversions and errors are its own)."""
+        plain = self._plain
+        if plain is None or type(arguments) is not dict or len(arguments) != len(plain):
+            return None
+        for name, kind in plain:
+            if type(arguments.get(name)) is not kind:
+                return None
+        return {name: arguments[name] for name, _ in plain}
+
     @functools.cached_property
     def _plain(self) -> tuple[tuple[str, type], ...] | None:
         """Each argument's name and type when every one is a bare ``int``, ``str`` or
         ``bool`` of a model :func:`tool` built (no alias, constraint or validator; extra
         arguments forbidden); else None. Validating arguments of exactly those names and
-        types again gives back equal values of the same types, so :meth:`call` skips that
-        (:meth:`parse` already validated them); any other arguments are validated."""
+        types gives back the same values (the same objects, in the model's field order),
+        so :meth:`parse` and :meth:`call` skip that (:meth:`_as_validated`); any other
+        arguments are validated."""
         if self.arguments not in _BUILT:
             return None
         plain: list[tuple[str, type]] = []
