@@ -303,12 +303,22 @@ class Worker:
         return self._prepare().agent()
 
     async def run_once(self, *, wait: float = 0.0) -> TurnResult | None:
-        """Claim one turn (waiting up to ``wait`` seconds) and run it; None if none came."""
+        """Claim one turn (waiting up to ``wait`` seconds) and run it; None if none came.
+
+        A signal's check (see :meth:`Client.signal <world_core.Client.signal>`) claimed
+        meanwhile is handled and the wait goes on: it is not a turn."""
         prepared = self._prepare()
-        leases = await self.world.queue.claim(self.queue, self.name, lease=self.lease, wait=wait)
-        if not leases:
-            return None
-        return await self._run(leases[0], None, time.monotonic(), prepared)
+        deadline = time.monotonic() + wait
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            leases = await self.world.queue.claim(
+                self.queue, self.name, lease=self.lease, wait=left
+            )
+            if not leases:
+                return None
+            result = await self._run(leases[0], None, time.monotonic(), prepared)
+            if result.status != "checked":
+                return result
 
     async def run(
         self,
