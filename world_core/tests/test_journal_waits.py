@@ -181,6 +181,15 @@ async def test_bad_waits_and_signals_are_refused_before_anything_is_written(
     for payload, message in refused:
         with pytest.raises(InvalidArgumentError, match=message):
             await client.signal("s", "go", payload, sender="x")
+    # A container that holds itself, and one shared so widely that its paths are past
+    # counting: refused, each within the deadline. The first was walked forever (a list
+    # growing each step: the call never returned), so they run in a process of their own,
+    # which the deadline kills.
+    checked = await anyio.to_thread.run_sync(_check_payloads_in_a_process)
+    assert checked.returncode == 0, checked.stderr
+    looped, shared = checked.stdout.splitlines()
+    assert "payload[1]['back'] holds a container that holds itself (a circular" in looped
+    assert "payload holds more than 65536 values, so more than 65536 bytes of JSON" in shared
     # JSON data goes through (a tuple is a JSON array): nothing is written by this test
     # until here, so it is the one signal in the log.
     await client.signal("s", "go", {"n": (1, 2.5, None, True, "x")}, sender="x", signal_id="ok")
@@ -199,6 +208,27 @@ async def test_bad_waits_and_signals_are_refused_before_anything_is_written(
         f"turn/{turn}/input",
         "signal/ok",
     ]
+
+
+_PAYLOADS = """
+from world_core.errors import InvalidArgumentError
+from world_core.journal._waits import check_signal_payload
+looped = [1]
+looped.append({"back": looped})
+shared = [0]
+for _ in range(64):  # 2**64 paths: refused by size after 64 Ki values
+    shared = [shared, shared]
+for payload in (looped, shared):
+    try:
+        check_signal_payload("go", payload)
+    except InvalidArgumentError as exc:
+        print(exc)
+"""
+
+
+def _check_payloads_in_a_process() -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-c", _PAYLOADS]
+    return subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=False)
 
 
 def _refund_agent(runs: Path) -> Agent:

@@ -203,37 +203,73 @@ def check_signal_payload(name: str, payload: object) -> None:
     A value JSON would only carry converted is refused rather than converted: a set (its
     order changes between processes, so a resend with the same id could be refused as
     another payload), bytes, a dict with keys that are not str, a pydantic model, a date.
-    The caller converts it first and the waiter gets exactly what was sent.
+    The caller converts it first and the waiter gets exactly what was sent. A container that
+    holds itself (a circular reference) is refused too, and so is a payload of more values
+    than :data:`MAX_SIGNAL_PAYLOAD_BYTES` (too large whatever they are), so the walk ends
+    early on any input.
 
     Raises:
         InvalidArgumentError: naming the value's type and where it is in the payload.
     """
-    pending: list[tuple[object, str]] = [(payload, "payload")]
+    # Depth first, without recursion (a deep payload is refused by its size, not a crash
+    # here). Each entry is a value and where it is, as (parent's where, its key or index), the
+    # text made only for the message. A container is on the path from the payload down to the
+    # entries after its exit marker (value None): one met again on its own path is a cycle,
+    # which JSON cannot write (a container met twice elsewhere is not: it is written twice).
+    Where = tuple[Any, ...]  # () for the payload itself, else (parent's Where, key or index)
+    pending: list[tuple[object, Where, int | None]] = [(payload, (), None)]
+    path: set[int] = set()
+    values = 0
     while pending:
-        value, where = pending.pop()
+        value, where, leaving = pending.pop()
+        if leaving is not None:
+            path.discard(leaving)
+            continue
+        values += 1
+        if values > MAX_SIGNAL_PAYLOAD_BYTES:  # each value is at least one byte of its JSON
+            raise InvalidArgumentError(
+                f"signal {name!r}: payload holds more than {MAX_SIGNAL_PAYLOAD_BYTES} values, "
+                f"so more than {MAX_SIGNAL_PAYLOAD_BYTES} bytes of JSON; send a reference to it "
+                "(a document, a URL)"
+            )
         if value is None or isinstance(value, bool | int | str):
             continue
         if isinstance(value, float):
             if math.isfinite(value):
                 continue
             problem = f"{value!r} (JSON has no NaN or infinity)"
-        elif isinstance(value, list | tuple):
-            pending.extend((item, f"{where}[{i}]") for i, item in enumerate(value))
-            continue
-        elif isinstance(value, dict):
-            bad_keys = [key for key in value if not isinstance(key, str)]
-            if not bad_keys:
-                pending.extend((item, f"{where}[{key!r}]") for key, item in value.items())
-                continue
-            problem = f"a dict key {bad_keys[0]!r} that is not a str"
+        elif isinstance(value, list | tuple | dict):
+            if id(value) in path:
+                problem = "a container that holds itself (a circular reference: JSON has none)"
+            else:
+                bad_keys = (
+                    [k for k in value if not isinstance(k, str)] if isinstance(value, dict) else []
+                )
+                if bad_keys:
+                    problem = f"a dict key {bad_keys[0]!r} that is not a str"
+                else:
+                    path.add(id(value))
+                    pending.append((None, where, id(value)))
+                    items = value.items() if isinstance(value, dict) else enumerate(value)
+                    pending.extend((item, (where, key), None) for key, item in items)
+                    continue
         else:
             problem = f"a {type(value).__name__}"
         raise InvalidArgumentError(
             f"signal {name!r}: payload is not JSON data as the waiting turn would receive it: "
-            f"{where} holds {problem}; send None, bool, int, finite float, str, lists and "
-            "dicts with str keys, converted first (a sorted list for a set, base64 or hex "
+            f"{_where(where)} holds {problem}; send None, bool, int, finite float, str, lists "
+            "and dicts with str keys, converted first (a sorted list for a set, base64 or hex "
             "text for bytes, model_dump(mode='json') for a pydantic model)"
         )
+
+
+def _where(where: tuple[Any, ...]) -> str:
+    """``payload['items'][1]`` for ``(((), 'items'), 1)``."""
+    keys: list[object] = []
+    while where:
+        where, key = where
+        keys.append(key)
+    return "payload" + "".join(f"[{key!r}]" for key in reversed(keys))
 
 
 def check_signal_id(signal_id: object) -> str:
