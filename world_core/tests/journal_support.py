@@ -51,3 +51,8 @@ def build_blocking() -> Agent:
     return Agent(
         model=ScriptedModel(blocking_policy), tools=[tool(block, replay="safe", timeout=0.5)]
     )
+
+
+def build_replying() -> Agent:
+    """An agent whose turn ends at once: the model replies without calling a tool."""
+    return Agent(model=ScriptedModel(lambda request: ModelReply(content="finished")))

@@ -153,6 +153,27 @@ async def test_wait_for_a_turn_never_submitted_ends(world: World) -> None:
         await client.wait("s", "no-such-turn", timeout=None)
 
 
+async def test_world_worker_once_runs_a_turn_not_a_signal_check(world: World, folder: str) -> None:
+    """The check a signal's sender queued (``Client.signal``) is not the turn ``world worker
+    --once`` runs: one due ahead of a turn was taken as the run's one message, printed as
+    ``checked`` with exit status 4 (the turn failed), and the turn was left queued."""
+    await Client(world, signal_check=0.01).signal("other", "go", None, sender="test")
+    await anyio.sleep(0.1)  # the check is due before the turn is queued: it is claimed first
+    turn = await Client(world).submit("s", "hi")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env.pop("CRASH_AT", None)
+    command = [sys.executable, "-m", "world_core._cli", "worker", "--once", "--json"]
+    command += ["--agent", "journal_support:build_replying", "--world", "local"]
+    command += ["--url", folder, "--namespace", "worker", "--wait", str(WAIT)]
+    done = await anyio.run_process(command, env=env, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    result = json.loads(done.stdout)
+    assert (result["turn_id"], result["status"]) == (turn, "done"), result
+    # The check was handled on the way (acked): nothing is left queued.
+    assert await world.queue.claim("turns", "after", lease=5, wait=0) == []
+
+
 async def test_a_failed_turn_is_released_for_a_retry(world: World) -> None:
     def broken(request: ModelRequest) -> ModelReply:
         raise ConnectionError("model down")
