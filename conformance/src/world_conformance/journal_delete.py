@@ -37,7 +37,7 @@ from world_core import (
     tool,
 )
 from world_core.errors import NotFoundError
-from world_core.journal import blob_scope, session_digest, turn_events_stream
+from world_core.journal import blob_scope, session_digest, session_log_id, turn_events_stream
 from world_core.journal._continue import HistoryLimits, maybe_continue
 
 __all__ = ["JournalDeleteContract"]
@@ -118,6 +118,18 @@ class _Spawner(Agent):
         if n:
             await journal.start_child(f"spawn {n - 1}")
         return await journal.finish(f"spawned {n}")
+
+
+class _Sleeper(Agent):
+    """Sleeps ``seconds`` (a durable timer: the turn suspends), then replies."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(model=ScriptedModel(_echo))
+        self.seconds = seconds
+
+    async def run_turn(self, journal: Journal) -> str:
+        await journal.sleep(self.seconds)
+        return await journal.finish("slept")
 
 
 async def _run_turns(world: World, count: int) -> None:
@@ -238,6 +250,33 @@ class JournalDeleteContract(ContractBase):
                 group.start_soon(deletes)
                 with pytest.raises(NotFoundError, match="was deleted while waited for"):
                     await client.wait("e", queued, timeout=None)
+
+    async def test_a_message_for_a_turn_deleted_under_it_runs_nothing(self, world: World) -> None:
+        """A turn suspended in a timer, its session deleted with ``force``: the wake-up queued
+        before the deletion comes due and is dropped (``stale``); the turn does not run again
+        into the session's new log (nothing is written there), and a new turn of the session
+        runs as the first."""
+        client = Client(world)
+        await client.submit("s", "hello", turn_id="t1")
+        worker = Worker(world, _Sleeper(0.3), crash=None)
+        with anyio.fail_after(WAIT):
+            first = await worker.run_once(wait=WAIT)
+        assert first is not None
+        assert first.status == "suspended", first
+        await delete_session(world, "s", force=True)
+        with anyio.fail_after(WAIT):
+            woken = await worker.run_once(wait=WAIT)
+        assert woken is not None
+        assert (woken.turn_id, woken.status) == ("t1", "stale"), woken
+        assert await world.log.tail(session_log_id("s")) == 0, "the deleted turn wrote again"
+        assert await client.status("s", "t1") == "unknown"
+        await client.submit("s", "again", turn_id="t2")
+        with anyio.fail_after(WAIT):
+            again = await Worker(world, Agent(model=ScriptedModel(_echo)), crash=None).run_once(
+                wait=WAIT
+            )
+        assert again is not None
+        assert (again.turn_id, again.status) == ("t2", "done"), again
 
     async def test_delete_session_deletes_the_child_sessions_its_turns_started(
         self, world: World

@@ -681,6 +681,12 @@ class Journal:
         return self._turn.user_message
 
     @property
+    def submitted(self) -> bool:
+        """The turn's input is in its log: False for a turn never submitted, or deleted
+        (``delete_session`` with ``force``) since its message was queued."""
+        return self._turn.user_message is not None
+
+    @property
     def history(self) -> list[tuple[str, str]]:
         """(message, answer) of every turn of the session submitted before this one, oldest
         first; a failed turn's answer is a note saying why it failed (:attr:`PastTurn.answer`).

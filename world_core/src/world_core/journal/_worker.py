@@ -175,7 +175,8 @@ class TurnResult:
     turn was handed on to run after it, and its message acked), ``suspended`` (the turn
     waits for a timer, a signal or an approval: a wake-up is queued for its deadline and the
     message acked; nothing is held meanwhile),
-    ``stale`` (a wake-up for a wait that another message already resumed; acked), ``shutdown``
+    ``stale`` (a wake-up for a wait that another message already resumed, or a message for a
+    turn whose input is not in its log, deleted since; acked), ``shutdown``
     (stopped by a signal; released), ``invalid`` (the message was not a turn; acked and
     dropped), ``checked`` (not a turn: the check a signal's sender queued before sending it,
     see :meth:`Client.signal <world_core.Client.signal>`; the wake-ups of the turns waiting
@@ -448,6 +449,7 @@ class Worker:
         error: BaseException | None = None
         parked = False
         stale = False
+        gone = False  # the turn's input is not in its log (see below)
         agent: TurnAgent | None = None
         suspended: TurnSuspended | None = None
 
@@ -530,6 +532,11 @@ class Worker:
                             f"the log of session {session_id!r} changed under each of "
                             f"{HAND_ON_TRIES} attempts to hand turn {turn_id!r} on"
                         )
+                    if not journal.submitted:
+                        # Its input is gone (a forced delete_session after this message was
+                        # queued: a wake-up, a retry): running it would write a turn nobody
+                        # submitted into the session's new log.
+                        gone = stale = True
                     # A recorded reply is the turn's end: read it, do not replay the code
                     # (changed code would report a finished turn as a failed replay).
                     reply = journal.recorded_reply
@@ -605,6 +612,14 @@ class Worker:
             return TurnResult(session_id, turn_id, "lease_lost", error=_describe(refusal), **counts)
         if parked and journal is not None:
             return await self._parked(current, session_id, turn_id, journal)
+        if gone:
+            log.info(
+                "turn %s/%s: no input (deleted, or never submitted); dropped", session_id, turn_id
+            )
+            await self._settle(current, ack=True)
+            return TurnResult(
+                session_id, turn_id, "stale", error="the turn has no input: deleted", **counts
+            )
         if stale:
             log.info("turn %s/%s: a stale wake-up; dropped", session_id, turn_id)
             await self._settle(current, ack=True)
