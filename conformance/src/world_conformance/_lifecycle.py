@@ -12,6 +12,7 @@ from world_conformance._base import ContractBase
 from world_conformance._support import WAIT, aclose, claim_one, refusal_at_call
 from world_conformance._target import WorldTarget
 from world_core import (
+    BackendUnavailableError,
     Capabilities,
     ClosedError,
     InvalidArgumentError,
@@ -34,6 +35,39 @@ LONG = 120.0
 
 Call = Callable[[], Awaitable[object]]
 IteratorCall = Callable[[], AsyncIterator[object]]
+
+
+async def _appends_cut_by_close(
+    world: World, log_id: str, after: float
+) -> tuple[set[str], set[str], list[str]]:
+    """8 tasks appending one keyed event at a time to ``log_id`` until ``world`` is closed,
+    ``after`` seconds in: the keys whose append returned, those that raised ClosedError, and
+    any other error than BackendUnavailableError (an outcome unknown: either way is right)."""
+    returned: set[str] = set()
+    closed: set[str] = set()
+    others: list[str] = []
+
+    async def appender(task: int) -> None:
+        for n in range(100_000):
+            key = f"{task}-{n}"
+            try:
+                await world.log.append(log_id, [NewEvent(data=b"x", key=key)])
+            except ClosedError:
+                closed.add(key)
+                return
+            except BackendUnavailableError:
+                return
+            except Exception as exc:
+                others.append(f"{key}: {type(exc).__name__}: {exc}")
+                return
+            returned.add(key)
+
+    async with anyio.create_task_group() as group:
+        for task in range(8):
+            group.start_soon(appender, task)
+        await anyio.sleep(after)
+        await world.aclose()
+    return returned, closed, others
 
 
 def _calls(world: World, lease: Lease, dead: str) -> list[tuple[str, Call]]:
@@ -296,6 +330,31 @@ class LifecycleContract(ContractBase):
                 "a wait in progress when the World closes ends with ClosedError:\n"
                 + "\n".join(failures)
             )
+
+    async def test_world_aclose_during_appends_tells_no_lie(
+        self, world_target: WorldTarget
+    ) -> None:
+        """Appends in progress when the World closes: each returns (its event is in the log),
+        raises ClosedError (it wrote nothing) or raises BackendUnavailableError (whether it
+        took effect is unknown). An append whose event is in the log never raised
+        ClosedError, and every one that returned is there."""
+        target = world_target.sibling()
+        async with target.scratch() as keeper:
+            for attempt in range(3):  # the close lands at a different moment each time
+                closing = await connect_world(
+                    target.name, url=target.url, namespace=target.namespace
+                )
+                log_id = f"closing-{attempt}"
+                await closing.log.append(log_id, [NewEvent(data=b"first", key="first")])
+                with anyio.fail_after(WAIT):
+                    returned, closed, others = await _appends_cut_by_close(
+                        closing, log_id, 0.05 + 0.05 * attempt
+                    )
+                written = {str(e.key) for e in await keeper.log.read(log_id)} - {"first"}
+                assert not others, f"appends cut off by aclose raised: {others[:5]}"
+                assert returned <= written, f"returned but not written: {returned - written}"
+                lies = sorted(closed & written)
+                assert not lies, f"raised ClosedError yet written (attempt {attempt}): {lies}"
 
     async def test_world_two_connections_share_state(
         self, world: World, world_target: WorldTarget

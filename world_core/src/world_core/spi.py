@@ -1123,7 +1123,10 @@ class World(ABC):
         arguments it refuses raises that refusal, as on an open World: see the module
         docstring); ``watch`` and ``read`` raise it when called. Waits in progress (a
         ``watch`` or ``read`` iterator, a ``claim(wait=...)``) end with ClosedError, not a
-        transient fault to retry. ``name``, ``namespace``, ``capabilities`` and ``settings()``
+        transient fault to retry. A write in progress when the World closes returns (it took
+        effect), raises ClosedError (it wrote nothing) or raises BackendUnavailableError
+        (what it sent may have taken effect: the outcome is unknown); never ClosedError for a
+        write that took effect. ``name``, ``namespace``, ``capabilities`` and ``settings()``
         still answer."""
 
     async def __aenter__(self) -> Self:

@@ -502,14 +502,17 @@ class Database:
         delay = 0.05
         remigrated = 0
         pool = self._pool
+        stores = absent is None
+        sent = False  # op was called: what it sent may have taken effect
         while True:
             if pool.closed:
-                raise ClosedError(f"{what}: this World is closed; open a new one")
+                raise _closed(what, in_doubt=stores and retried)
             try:
                 with translate(what, self.target):
                     conn = await pool.acquire(self.connect_timeout)
                     reuse = False
                     try:
+                        sent = True
                         result = await op(conn, retried)
                         reuse = True
                         return result
@@ -537,7 +540,7 @@ class Database:
             except BackendUnavailableError as exc:
                 cause = exc.__cause__
                 if pool.closed:
-                    raise ClosedError(f"{what}: this World is closed; open a new one") from cause
+                    raise _closed(what, in_doubt=stores and (sent or retried)) from cause
                 if cause is None or not is_transient(cause) or time.monotonic() >= deadline:
                     raise
                 log.info("%s: retrying after %s", what, cause.__class__.__name__)
@@ -632,3 +635,17 @@ class Database:
                 await conn.execute(self.sql("DROP SCHEMA IF EXISTS @s@ CASCADE"))
 
         await self.run("purge", op)
+
+
+def _closed(what: str, *, in_doubt: bool) -> WorldError:
+    """The error of a call that met the World closed: ClosedError when it wrote nothing; a
+    call that stores (``run``'s ``absent`` None) and had sent its statements, which the closing
+    cut off before their answer, may have taken effect: BackendUnavailableError, whose outcome
+    is unknown (the SPI's ``World.aclose``)."""
+    if in_doubt:
+        return BackendUnavailableError(
+            f"{what}: this World was closed while the call ran, after its statement was sent: "
+            "whether it took effect is unknown; read to find out, or repeat it idempotently "
+            "on a World opened again"
+        )
+    return ClosedError(f"{what}: this World is closed; open a new one")

@@ -28,6 +28,7 @@ from world_core.spi import (
 from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Arg, Connection, translate
 from world_redis._keys import Keys
+from world_redis._pipe import ClosedInFlight
 from world_redis._queue import micros, nonce, wait_on
 
 __all__ = ["RedisLog"]
@@ -93,9 +94,16 @@ class RedisLog(Log):
                 message.max_attempts,
                 nonce(),
             ]
-        with translate("log append"):
-            script = S.APPEND_OUTBOX if messages else S.APPEND
-            result: list[Any] = await self._conn.run(script, keys, args)
+        try:
+            with translate("log append"):
+                script = S.APPEND_OUTBOX if messages else S.APPEND
+                result: list[Any] = await self._conn.run(script, keys, args)
+        except ClosedInFlight as exc:
+            raise BackendUnavailableError(
+                f"log {log_id!r}: this RedisWorld was closed while the append was on the wire: "
+                "whether it took effect is unknown; read the log to find out, or repeat it "
+                "idempotently (keyed events) on a World opened again"
+            ) from exc
         tag = result[0]
         if tag == b"conflict":
             actual = int(result[1])

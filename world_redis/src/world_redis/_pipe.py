@@ -118,11 +118,17 @@ def _settle(future: asyncio.Future[Any], outcome: Any) -> None:
         future.set_result(outcome)
 
 
-def _closed() -> ClosedError:
-    return ClosedError(
-        "this RedisWorld was closed while the call waited or was on the wire; whether it ran "
-        "is unknown"
-    )
+class ClosedInFlight(ClosedError):
+    """The World was closed while the call was on the wire: it may have run. A write's caller
+    reports it as BackendUnavailableError, its outcome unknown (the SPI's ``World.aclose``)."""
+
+
+def _closed(*, in_flight: bool) -> ClosedError:
+    if in_flight:
+        return ClosedInFlight(
+            "this RedisWorld was closed while the call was on the wire; whether it ran is unknown"
+        )
+    return ClosedError("this RedisWorld was closed before the call was sent; open a new one")
 
 
 class Pipe:
@@ -157,7 +163,7 @@ class Pipe:
 
     def _connection(self) -> AbstractConnection:
         if self._closed:
-            raise _closed()
+            raise _closed(in_flight=False)
         if self._idle:
             return self._idle.pop()
         conn: AbstractConnection = self._connection_class(**self._settings)
@@ -195,7 +201,7 @@ class Pipe:
                     reply = await conn.read_response()
             except Exception as exc:
                 if self._closed:
-                    raise _closed() from exc
+                    raise _closed(in_flight=True) from exc
                 raise
             finally:
                 self._inflight -= 1
@@ -236,6 +242,7 @@ class Pipe:
 
     async def _send(self, batch: list[_Entry]) -> None:
         conn: AbstractConnection | None = None
+        on_wire = False
         try:
             conn = self._connection()
             sent: list[_Entry] = []
@@ -249,6 +256,7 @@ class Pipe:
                 return
             self.round_trips += 1
             self.commands += len(sent)
+            on_wire = True
             async with asyncio.timeout(self._timeout):
                 await conn.send_packed_command(b"".join(commands), check_health=False)
                 for entry in sent:
@@ -264,7 +272,11 @@ class Pipe:
             # whether it ran is unknown.
             if conn is not None:
                 await conn.disconnect(nowait=True)
-            error = _closed() if self._closed or not isinstance(exc, Exception) else exc
+            error: Exception
+            if self._closed or not isinstance(exc, Exception):
+                error = _closed(in_flight=on_wire)
+            else:
+                error = exc
             for entry in batch:
                 entry.fail(error)
             if not isinstance(exc, Exception):
@@ -276,10 +288,11 @@ class Pipe:
             self._flush()
 
     async def aclose(self) -> None:
-        """Fail waiting calls and round trips in flight with ClosedError, drop connections."""
+        """Fail waiting calls with ClosedError and round trips in flight with ClosedInFlight
+        (they may have run), drop connections."""
         self._closed = True
         for entry in self._pending:
-            entry.fail(_closed())
+            entry.fail(_closed(in_flight=False))
         self._pending = []
         self._merging = {}
         for conn in self._all:  # a round trip on one of these ends with an error now
