@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from world_core import (
+    BackendUnavailableError,
     ClosedError,
     ConfigurationError,
     ConflictError,
@@ -405,3 +406,59 @@ async def test_bad_arguments_write_nothing(rworld: RedisWorld) -> None:
         await rworld.log.list_logs(cursor="a\x00b")
     keys = await rworld._conn.command("KEYS", rworld._keys.pattern) if not rworld.cluster else []
     assert keys == []
+
+
+async def _writes_cut_by_close(world: RedisWorld, run: int) -> tuple[set[str], list[str]]:
+    """8 tasks writing (half enqueue with a dedup key, half write a chunk to a stream of their
+    own) until ``world`` is closed: the writes that raised ClosedError, and any error other
+    than BackendUnavailableError (an outcome unknown: either way is right)."""
+    closed: set[str] = set()
+    others: list[str] = []
+
+    async def writer(task: int) -> None:
+        for n in range(100_000):
+            key = f"{run}-{task}-{n}"
+            try:
+                if task % 2:
+                    await world.stream.write(f"s-{run}-{task}", [key.encode()])
+                else:
+                    await world.queue.enqueue(f"q-{run}", key.encode(), dedup_key=key)
+            except ClosedError:
+                closed.add(key)
+                return
+            except BackendUnavailableError:
+                return
+            except WorldError as exc:
+                others.append(f"{key}: {type(exc).__name__}: {exc}")
+                return
+
+    async with anyio.create_task_group() as group:
+        for task in range(8):
+            group.start_soon(writer, task)
+        await anyio.sleep(0.05 + 0.05 * run)
+        await world.aclose()
+    return closed, others
+
+
+async def test_writes_cut_off_by_aclose_never_raise_closed_error_yet_take_effect(
+    rworld: RedisWorld, any_url: str
+) -> None:
+    """Enqueues and stream writes on the wire when their World closes: each returns, raises
+    ClosedError (it wrote nothing) or BackendUnavailableError (the outcome unknown); one that
+    took effect never raised ClosedError (the SPI's ``World.aclose``). Appends have their own
+    contract (test_world_aclose_during_appends_tells_no_lie)."""
+    for run in range(3):  # the close lands at a different moment each time
+        closing = await connect(url=any_url, namespace=rworld.namespace)
+        await closing.log.tail("warm")  # connected before the writers start
+        with anyio.fail_after(WAIT):
+            closed, others = await _writes_cut_by_close(closing, run)
+        written: set[str] = set()
+        for task in range(1, 8, 2):
+            chunks = (await rworld.stream.info(f"s-{run}-{task}")).next_index
+            written |= {f"{run}-{task}-{n}" for n in range(chunks)}
+        with anyio.fail_after(WAIT):
+            while leases := await rworld.queue.claim(f"q-{run}", "t", lease=60.0, limit=100):
+                written |= {lease.payload.decode() for lease in leases}
+        assert not others, f"writes cut off by aclose raised: {others[:5]}"
+        lies = sorted(closed & written)
+        assert not lies, f"raised ClosedError yet written (run {run}): {lies}"

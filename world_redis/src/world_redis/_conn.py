@@ -27,7 +27,7 @@ from world_core.errors import (
     ConfigurationError,
     WorldError,
 )
-from world_redis._pipe import Encode, Pipe, encode_command, encode_head
+from world_redis._pipe import ClosedInFlight, Encode, Pipe, encode_command, encode_head
 from world_redis._scripts import Script
 
 __all__ = [
@@ -98,14 +98,20 @@ class translate:
     With ``opening``, the block opens a World: a failure to connect says so (the World never
     worked, nothing was done) and names the setting; later, connection faults are transient.
 
+    With ``writes``, the block writes: a round trip the World's closing cut off on the wire
+    (ClosedInFlight, a ClosedError) may have taken effect, so it raises
+    BackendUnavailableError, the outcome unknown, never ClosedError (the SPI's
+    ``World.aclose``). Reads and waits keep ClosedError.
+
     A class rather than a generator context manager: it wraps every call, so it is kept cheap.
     """
 
-    __slots__ = ("_opening", "_what")
+    __slots__ = ("_opening", "_what", "_writes")
 
-    def __init__(self, what: str, opening: Opening | None = None) -> None:
+    def __init__(self, what: str, opening: Opening | None = None, *, writes: bool = False) -> None:
         self._what = what
         self._opening = opening
+        self._writes = writes
 
     def __enter__(self) -> None:
         return None
@@ -113,7 +119,15 @@ class translate:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
-        if exc is None or isinstance(exc, WorldError) or not isinstance(exc, Exception):
+        if exc is None or not isinstance(exc, Exception):
+            return
+        if isinstance(exc, WorldError):
+            if self._writes and isinstance(exc, ClosedInFlight):
+                raise BackendUnavailableError(
+                    f"{self._what}: this RedisWorld was closed while the call was on the wire: "
+                    "whether it took effect is unknown; read to find out, or repeat it "
+                    "idempotently on a World opened again"
+                ) from exc
             return
         translated = _translated(self._what, exc, self._opening)
         if translated is not None:

@@ -28,7 +28,6 @@ from world_core.spi import (
 from world_redis import _scripts as S
 from world_redis._conn import BLOCK_SECONDS, Arg, Connection, translate
 from world_redis._keys import Keys
-from world_redis._pipe import ClosedInFlight
 from world_redis._queue import micros, nonce, wait_on
 
 __all__ = ["RedisLog"]
@@ -94,16 +93,9 @@ class RedisLog(Log):
                 message.max_attempts,
                 nonce(),
             ]
-        try:
-            with translate("log append"):
-                script = S.APPEND_OUTBOX if messages else S.APPEND
-                result: list[Any] = await self._conn.run(script, keys, args)
-        except ClosedInFlight as exc:
-            raise BackendUnavailableError(
-                f"log {log_id!r}: this RedisWorld was closed while the append was on the wire: "
-                "whether it took effect is unknown; read the log to find out, or repeat it "
-                "idempotently (keyed events) on a World opened again"
-            ) from exc
+        with translate("log append", writes=True):
+            script = S.APPEND_OUTBOX if messages else S.APPEND
+            result: list[Any] = await self._conn.run(script, keys, args)
         tag = result[0]
         if tag == b"conflict":
             actual = int(result[1])
@@ -273,7 +265,7 @@ class RedisLog(Log):
     async def delete(self, log_id: str) -> None:
         validate_id(log_id, "log_id")
         indexed = not self._conn.cluster
-        with translate("log delete"):
+        with translate("log delete", writes=True):
             await self._conn.run(S.LOG_DELETE, self._log_keys(log_id), [log_id, int(indexed)])
             if indexed:
                 return

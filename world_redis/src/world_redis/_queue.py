@@ -121,7 +121,7 @@ class RedisQueue(Queue):
         validate_enqueue(
             queue, payload, delay=delay, dedup_key=dedup_key, max_attempts=max_attempts
         )
-        with translate("enqueue"):
+        with translate("enqueue", writes=True):
             message_id = await self._conn.run_merged(
                 S.ENQUEUE,
                 self._keys.queue(queue),
@@ -185,7 +185,7 @@ class RedisQueue(Queue):
 
     async def renew(self, lease: Lease, duration: float) -> Lease:
         validate_renew(lease, duration)
-        with translate("renew"):
+        with translate("renew", writes=True):
             deadline = int(
                 await self._conn.run(
                     S.RENEW,
@@ -199,7 +199,7 @@ class RedisQueue(Queue):
 
     async def ack(self, lease: Lease) -> None:
         validate_lease(lease)
-        with translate("ack"):
+        with translate("ack", writes=True):
             done = await self._conn.run_merged(
                 S.ACK, self._keys.queue(lease.queue), (lease.message_id, lease.token)
             )
@@ -208,7 +208,7 @@ class RedisQueue(Queue):
 
     async def release(self, lease: Lease, *, delay: float = 0.0) -> None:
         validate_release(lease, delay)
-        with translate("release"):
+        with translate("release", writes=True):
             done = await self._conn.run(
                 S.RELEASE,
                 self._keys.queue(lease.queue),
@@ -237,7 +237,7 @@ class RedisQueue(Queue):
     async def requeue(self, queue: str, message_id: str) -> None:
         validate_id(queue, "queue")
         validate_id(message_id, "message_id")
-        with translate("requeue"):
+        with translate("requeue", writes=True):
             done = await self._conn.run(S.REQUEUE, self._keys.queue(queue), [message_id])
         if not int(done):
             raise NotFoundError(

@@ -34,7 +34,7 @@ class RedisStream(Stream):
         self, stream_id: str, chunks: Sequence[bytes], *, expect_next: int | None = None
     ) -> int:
         validate_write(stream_id, chunks, expect_next=expect_next)
-        with translate("stream write"):
+        with translate("stream write", writes=True):
             reply: list[Any] = await self._conn.run(
                 S.STREAM_WRITE,
                 self._keys.stream(stream_id),
@@ -54,7 +54,7 @@ class RedisStream(Stream):
 
     async def close(self, stream_id: str) -> None:
         validate_id(stream_id, "stream_id")
-        with translate("stream close"):
+        with translate("stream close", writes=True):
             await self._conn.run(S.STREAM_CLOSE, self._keys.stream(stream_id), [])
 
     async def info(self, stream_id: str) -> StreamInfo:
@@ -99,5 +99,5 @@ class RedisStream(Stream):
 
     async def delete(self, stream_id: str) -> None:
         validate_id(stream_id, "stream_id")
-        with translate("stream delete"):
+        with translate("stream delete", writes=True):
             await self._conn.command("DEL", *self._keys.stream(stream_id))
