@@ -351,3 +351,34 @@ async def test_resubmit_refuses_a_turn_that_has_not_finished(world: World) -> No
     assert await _finish_once(world) == "suspended"
     with pytest.raises(InvalidArgumentError, match="is waiting, not finished"):
         await client.resubmit("s", turn)
+
+
+class _TimesOut(Agent):
+    """Waits a second for a signal nobody sends; replies with what the wait got."""
+
+    def __init__(self) -> None:
+        super().__init__(model=ScriptedModel(lambda request: ModelReply(content="-")))
+
+    async def run_turn(self, journal: Journal) -> str:
+        signal = await journal.wait_for_signal("go", timeout=1.0)
+        return await journal.finish("timed out" if signal is None else "signalled")
+
+
+async def test_a_signals_check_never_takes_a_turns_wake_up_key(world: World) -> None:
+    """A signal's check is queued under a key no message of a turn has: with the key
+    ``<session>/signal-check/<signal>``, the check of signal ``wake-0`` (queued first, its
+    delay still running) swallowed the deadline wake-up of the turn named ``signal-check``
+    waiting at step 0, ``<session>/signal-check/wake-0``: the turn waited forever."""
+    client = Client(world, signal_check=WAIT * 3)  # still queued while the turn waits
+    await client.signal("s", "unrelated", 1, sender="bob", signal_id="wake-0")
+    turn = await client.submit("s", "hi", turn_id="signal-check")
+    worker = Worker(world, _TimesOut(), lease=2, crash=None)
+    with anyio.fail_after(WAIT):
+        first = await worker.run_once(wait=WAIT)
+    assert first is not None
+    assert first.status == "suspended", first
+    with anyio.fail_after(WAIT):
+        woken = await worker.run_once(wait=WAIT / 2)  # the wake-up is due after 1 s
+    assert woken is not None, "the turn's deadline wake-up never came"
+    assert woken.status == "done", woken
+    assert await client.reply("s", turn) == "timed out"

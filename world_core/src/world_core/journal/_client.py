@@ -482,7 +482,7 @@ class Client:
             self._queue,
             canonical_json(check),
             delay=self._signal_check,
-            dedup_key=turn_queue_key(session_id, f"{SIGNAL_CHECK}/{signal}"),
+            dedup_key=_check_key(session_id, signal),
         )
         body = {
             "t": "signal",
@@ -731,6 +731,16 @@ def _failure_of(session_id: str, turn_id: str, event: Event) -> TurnFailedError:
         attempts=attempts,
         step=step if isinstance(step, int) else None,
     )
+
+
+def _check_key(session_id: str, signal_id: str) -> str:
+    """The queue's deduplication key of a signal's check: a digest of (session, signal) under
+    a prefix of its own, never ``<session>/<turn><suffix>`` like a turn's messages (as
+    ``<session>/signal-check/<signal>``, a turn named ``signal-check`` would share it with the
+    check of a signal named after one of its suffixes, ``wake-0``, and one of the two
+    messages was deduplicated away: the turn's wake-up, or the check)."""
+    both = canonical_json([session_id, signal_id])
+    return f"{SIGNAL_CHECK}-sha256/" + hashlib.sha256(both).hexdigest()
 
 
 async def check_signal(world: World, queue: str, session_id: str, signal_id: str) -> list[str]:
