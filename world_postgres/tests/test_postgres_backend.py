@@ -23,9 +23,11 @@ import pytest
 import world_postgres._wait
 from world_core import (
     BackendUnavailableError,
+    ClosedError,
     ConfigurationError,
     ConflictError,
     DuplicateKeyError,
+    Lease,
     LeaseLostError,
     NewEvent,
     OutboxMessage,
@@ -1064,3 +1066,48 @@ async def test_a_claim_reads_only_its_rows_when_the_statistics_are_stale(
         assert scanned(json.loads(explained)[0]["Plan"]) <= 20
     finally:
         await conn.close()
+
+
+async def test_acks_cut_off_by_aclose_never_raise_closed_error_yet_take_effect(pg_url: str) -> None:
+    """Acks in flight when the World closes: one that raised ClosedError did not ack (its
+    lease is still current); one whose outcome is unknown raised BackendUnavailableError
+    (``Database.run``'s ``stores``: an ack answers ``absent`` in an empty namespace, yet
+    writes). Three closing moments."""
+    namespace = fresh_namespace()
+    async with await connect(url=pg_url, namespace=namespace) as keeper:
+        try:
+            for after in (0.02, 0.05, 0.1):
+                for i in range(400):
+                    await keeper.queue.enqueue("q", str(i).encode())
+                closing = await connect(url=pg_url, namespace=namespace)
+                leases = await closing.queue.claim("q", "w", lease=600, limit=400)
+                closed: list[Lease] = []
+
+                async def acker(
+                    chunk: list[Lease], world: PostgresWorld = closing, cut: list[Lease] = closed
+                ) -> None:
+                    for lease in chunk:
+                        try:
+                            await world.queue.ack(lease)
+                        except ClosedError:
+                            cut.append(lease)
+                            return
+                        except BackendUnavailableError:
+                            return
+
+                with anyio.fail_after(WAIT):
+                    async with anyio.create_task_group() as group:
+                        for task in range(8):
+                            group.start_soon(acker, leases[task::8])
+                        await anyio.sleep(after)
+                        await closing.aclose()
+                lies = []
+                for lease in closed:
+                    try:
+                        await keeper.queue.renew(lease, 600)
+                    except LeaseLostError:
+                        lies.append(lease.message_id)
+                assert not lies, f"ClosedError, yet acked ({after} s in): {lies}"
+                await keeper.purge()
+        finally:
+            await keeper.purge()

@@ -489,6 +489,7 @@ class Database:
         *,
         absent: Callable[[], T] | None = None,
         retried: bool = False,
+        stores: bool | None = None,
     ) -> T:
         """Run ``op(connection, retried)``, retrying transient faults for ``retry_seconds``.
 
@@ -497,12 +498,16 @@ class Database:
         makes it and runs again; any other call answers ``absent()`` instead, the answer of an
         empty namespace, and leaves the database as it was. ``retried``: a first try (see
         ``first_try``) met a transient fault, so that ``op`` is told from the start.
+        ``stores``: ``op`` writes (by default, when ``absent`` is None; an ack, which answers
+        ``absent`` in an empty namespace, says so), so that cut off by ``aclose`` after it was
+        sent, its outcome is unknown: BackendUnavailableError, not ClosedError.
         """
         deadline = time.monotonic() + self.retry_seconds
         delay = 0.05
         remigrated = 0
         pool = self._pool
-        stores = absent is None
+        if stores is None:
+            stores = absent is None
         sent = False  # op was called: what it sent may have taken effect
         while True:
             if pool.closed:

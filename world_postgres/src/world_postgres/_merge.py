@@ -97,7 +97,10 @@ class Merged(Generic[T, R]):
                 self.items += 1
                 absent = self._absent
                 return await self._db.run(
-                    self._what, lambda conn, retried: self._one(conn, retried, item), absent=absent
+                    self._what,
+                    lambda conn, retried: self._one(conn, retried, item),
+                    absent=absent,
+                    stores=True,  # enqueues and acks: cut off by aclose, in doubt
                 )
             finally:
                 self._inflight -= 1
@@ -119,6 +122,7 @@ class Merged(Generic[T, R]):
             self._what,
             lambda conn, retried: self._many(conn, retried, items),
             absent=None if absent is None else lambda: [absent() for _ in items],
+            stores=True,
         )
 
     def _flush(self) -> None:

@@ -311,7 +311,7 @@ class PostgresQueue(Queue):
             )
             return None if value is None else float(value)
 
-        deadline = await self._db.run("renew", op, absent=lambda: None)
+        deadline = await self._db.run("renew", op, absent=lambda: None, stores=True)
         if deadline is None:
             raise self._lost(lease, "renew")
         return lease.model_copy(update={"deadline": deadline})
@@ -375,7 +375,7 @@ class PostgresQueue(Queue):
                 is not None
             )
 
-        if not await self._db.run("release", op, absent=lambda: False):
+        if not await self._db.run("release", op, absent=lambda: False, stores=True):
             raise self._lost(lease, "release")
 
     @staticmethod
@@ -414,7 +414,7 @@ class PostgresQueue(Queue):
                 return True
             return retried and await conn.fetchval(self._live, queue, message_id) is not None
 
-        if not await self._db.run("requeue", op, absent=lambda: False):
+        if not await self._db.run("requeue", op, absent=lambda: False, stores=True):
             raise NotFoundError(
                 f"no dead letter {message_id!r} in queue {queue!r}; list them with dead_letters()"
             )
