@@ -281,7 +281,8 @@ class JournalSignalContract(ContractBase):
         """A sender process killed (SIGKILL) just after its signal's append, before it queued
         the waiting turn's wake-up: the turn, waiting an hour for the signal, is resumed by
         the check its sender queued before the append (``Client(signal_check=0.5)``) instead
-        of at its deadline."""
+        of at its deadline; on the queue the turn's workers take, which its wait recorded,
+        though the sender's client names another."""
         if not world.capabilities.shared:
             pytest.skip("Capabilities.shared is false: one process at a time")
         client = Client(world, queue=QUEUE)
@@ -293,7 +294,7 @@ class JournalSignalContract(ContractBase):
         assert _status(first) == "suspended", first
         sender = world_target.child_command(
             "signal", "s", "go", '"hi"', "--sender", "bob", "--id", "lost",
-            "--queue", QUEUE, "--check", "0.5", "--die-after-append",
+            "--queue", "elsewhere", "--check", "0.5", "--die-after-append",
         )  # fmt: skip
         async with _spawn([sender]) as (child,):
             await child.go()

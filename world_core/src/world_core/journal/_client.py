@@ -118,8 +118,8 @@ class Client:
         blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
         signal_check: float = SIGNAL_CHECK_DELAY,
     ) -> None:
-        """``signal_check``: seconds after which a worker of ``queue`` checks that a signal
-        sent through this client woke the turns waiting for it (see :meth:`signal`)."""
+        """``signal_check``: seconds after which a worker checks that a signal sent through
+        this client woke the turns waiting for it (see :meth:`signal`)."""
         self._world = world
         self._queue = validate_id(queue, "queue")
         self._blob_threshold = check_blob_threshold(blob_threshold)
@@ -415,8 +415,10 @@ class Client:
         Idempotent per ``signal_id``: sending it again counts once (a double-tapped button);
         the same id with another name, payload or turn is refused.
 
-        Three writes: a *check* queued with a delay (``Client(signal_check=5)`` seconds, on
-        this client's queue), the signal's append, the waiting turns' wake-ups. A sender that
+        A look at the session and three writes: a *check* queued with a delay
+        (``Client(signal_check=5)`` seconds) on the queue of the turns waiting for the signal
+        (which their waits record; this client's queue when none waits yet), the signal's
+        append, the waiting turns' wake-ups. A sender that
         dies between the append and the wake-ups (a killed process) leaves the signal in the
         log and no wake-up; the check, handed to a worker when its delay is over, queues the
         wake-ups again if the signal is still unconsumed (one read of the session), and does
@@ -477,13 +479,15 @@ class Client:
                 f"{MAX_SIGNAL_PAYLOAD_BYTES}; send a reference to it (a document, a URL)"
             )
         digest = digest_of({"name": name, "payload": payload, "turn": turn_id})
-        check = {"session_id": session_id, "signal": signal, "why": SIGNAL_CHECK}
-        await self._world.queue.enqueue(
-            self._queue,
-            canonical_json(check),
-            delay=self._signal_check,
-            dedup_key=_check_key(session_id, signal),
-        )
+        # The check goes where the waiting turns' workers are (their waits record their
+        # queue); with no turn waiting yet, to this client's queue: a wait written after this
+        # look is found by the look after the append, or finds the signal itself.
+        session, _ = await read_session(self._world, await current_log(self._world, session_id))
+        check = canonical_json({"session_id": session_id, "signal": signal, "why": SIGNAL_CHECK})
+        for queue in sorted(_waiting_queues(session, name, turn_id) or {self._queue}):
+            await self._world.queue.enqueue(
+                queue, check, delay=self._signal_check, dedup_key=_check_key(session_id, signal)
+            )
         body = {
             "t": "signal",
             "id": signal,
@@ -757,6 +761,18 @@ async def check_signal(world: World, queue: str, session_id: str, signal_id: str
                 world, queue, session_id, session, name, None if turn is None else str(turn)
             )
     return []
+
+
+def _waiting_queues(session: SessionView, name: str, turn_id: str | None) -> set[str]:
+    """The queues recorded by the waits of ``session`` for signal ``name`` (only ``turn_id``'s
+    for a signal addressed to it)."""
+    return {
+        str(intent["queue"])
+        for (turn, _), intent in session.open_waits.items()
+        if intent.get("signal") == name
+        and (turn_id is None or turn == turn_id)
+        and intent.get("queue")
+    }
 
 
 async def _queue_wake_ups(
