@@ -193,6 +193,15 @@ class TurnResult:
     error: str | None = None
 
 
+def _is_check(payload: bytes) -> bool:
+    """The message is a signal's check (see :meth:`Client.signal`), not a turn."""
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("why") == SIGNAL_CHECK
+
+
 class _LeaseClock:
     """The store's clock as this worker sees it: the claim's deadline minus the lease is the
     store's time when it handed the message out; the local monotonic clock measures from when
@@ -307,7 +316,8 @@ class Worker:
         """Claim one turn (waiting up to ``wait`` seconds) and run it; None if none came.
 
         A signal's check (see :meth:`Client.signal <world_core.Client.signal>`) claimed
-        meanwhile is handled and the wait goes on: it is not a turn."""
+        meanwhile is handled (or released for a later try, after a fault) and the wait goes
+        on: it is not a turn."""
         prepared = self._prepare()
         deadline = time.monotonic() + wait
         while True:
@@ -318,7 +328,7 @@ class Worker:
             if not leases:
                 return None
             result = await self._run(leases[0], None, time.monotonic(), prepared)
-            if result.status != "checked":
+            if not _is_check(leases[0].payload):  # a check, handled or released: not a turn
                 return result
 
     async def run(
