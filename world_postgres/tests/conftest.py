@@ -82,9 +82,12 @@ class Cluster:
         self.bindir = bindir
         self.directory = directory
         self.data = directory / "data"
-        self.port = free_port()
         self.password = password
-        user = "postgres" if password is None else f"postgres:{password}"
+        self._on(free_port())
+
+    def _on(self, port: int) -> None:
+        self.port = port
+        user = "postgres" if self.password is None else f"postgres:{self.password}"
         self.url = f"postgresql://{user}@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
@@ -118,7 +121,21 @@ class Cluster:
         )  # fmt: skip
 
     def start(self) -> None:
-        self.pg_ctl("start")
+        """Start on the port chosen, or on another one when it was taken meanwhile: a port
+        found free can be bound by anything before the server binds it (an outgoing
+        connection's ephemeral port, another test's server); CI met "Address already in
+        use" once."""
+        log = self.directory / "pg.log"
+        for attempt in range(1, 6):
+            try:
+                self.pg_ctl("start")
+                return
+            except subprocess.CalledProcessError:
+                taken = log.exists() and "Address already in use" in log.read_text()
+                if not taken or attempt == 5:
+                    raise
+                log.unlink()
+                self._on(free_port())
 
     def restart(self) -> None:
         """Stop (fast: open connections are cut) and start again."""
