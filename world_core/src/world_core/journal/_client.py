@@ -7,7 +7,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 import anyio
@@ -763,15 +763,22 @@ async def check_signal(world: World, queue: str, session_id: str, signal_id: str
     return []
 
 
+def _waits_for(
+    session: SessionView, name: str, turn_id: str | None
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(turn, step, intent) of each open wait of ``session`` for signal ``name`` (only
+    ``turn_id``'s, for a signal addressed to it)."""
+    for (turn, step), intent in session.open_waits.items():
+        if intent.get("signal") == name and (turn_id is None or turn == turn_id):
+            yield turn, step, intent
+
+
 def _waiting_queues(session: SessionView, name: str, turn_id: str | None) -> set[str]:
-    """The queues recorded by the waits of ``session`` for signal ``name`` (only ``turn_id``'s
-    for a signal addressed to it)."""
+    """The queues recorded by the waits of ``session`` for signal ``name``."""
     return {
         str(intent["queue"])
-        for (turn, _), intent in session.open_waits.items()
-        if intent.get("signal") == name
-        and (turn_id is None or turn == turn_id)
-        and intent.get("queue")
+        for _, _, intent in _waits_for(session, name, turn_id)
+        if intent.get("queue")
     }
 
 
@@ -787,9 +794,7 @@ async def _queue_wake_ups(
     ``turn_id``'s, for a signal addressed to it), on the queue of the turn's workers
     (``queue`` if its wait does not say); returns those turns."""
     woken: list[str] = []
-    for (turn, step), intent in session.open_waits.items():
-        if intent.get("signal") != name or (turn_id is not None and turn != turn_id):
-            continue
+    for turn, step, intent in _waits_for(session, name, turn_id):
         wake = {"session_id": session_id, "turn_id": turn, "wake": step, "why": "signal"}
         await world.queue.enqueue(
             str(intent.get("queue") or queue),  # the waiting turn's workers' queue
