@@ -16,10 +16,14 @@ Two measures per store, side by side in one run:
   committed on its own with the World's durability, the same bytes as the step's intent and
   outcome. S times, in a random order each time (so the machine's load falls on all alike):
   the floor pair, the World's two ``log.append`` calls of those events (keyed, like the
-  journal's), one ``never`` step. ``never / floor`` is the target; ``world pair - floor`` is
-  the backend's part of what remains, ``never - world pair`` the journal's (ids, JSON,
-  events, cancel scopes); in wall time, and in this process's CPU time (the client's part,
-  less moved by a loaded machine; a server's work is in its own process).
+  journal's), a *bare* step, one ``never`` step. ``never / floor`` is the target; ``world
+  pair - floor`` is the backend's part of what remains, ``never - world pair`` the journal's
+  (ids, JSON, events, cancel scopes); in wall time, and in this process's CPU time (the
+  client's part, less moved by a loaded machine; a server's work is in its own process).
+  The bare step is the least any journal step written in Python must do on this World: the
+  arguments' digest (replay's identity check), a keyed intent record encoded as JSON and
+  appended, the call, the outcome record encoded and appended; no shield, no deadline, no
+  bookkeeping. ``bare / floor`` is how far the target is reachable at all on this store.
 
 Stores and floors:
 
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import random
@@ -71,6 +76,7 @@ from world_core import (
     NewEvent,
     Replay,
     World,
+    canonical_json,
     list_worlds,
     open_world,
     tool,
@@ -273,9 +279,25 @@ async def _floor_pairs(world: World, client: Client, floor: Floor, steps: int) -
     # machine: the client's part; a server's work is in its own process). The three take
     # turns in a random order each time, so none is always the one after another (what runs
     # just before a commit changes what it costs).
-    walls: dict[str, list[float]] = {"floor": [], "world": [], "never": []}
-    cpus: dict[str, list[float]] = {"floor": [], "world": [], "never": []}
+    walls: dict[str, list[float]] = {"floor": [], "world": [], "bare": [], "never": []}
+    cpus: dict[str, list[float]] = {what: [] for what in walls}
     order = random.Random(17)
+    # The bare step's records: the least any journal step must append (the call's identity,
+    # its key, its result), encoded for each step as the journal does.
+
+    async def bare(i: int) -> None:
+        arguments = {"i": i}
+        digest = hashlib.sha256(canonical_json(arguments)).hexdigest()  # replay's identity check
+        head = {"turn": "t", "step": i, "name": "noop", "digest": digest, "key": f"t/{i}"}
+        await world.log.append(
+            "bench-bare",
+            [NewEvent(key=f"step/{i}/intent", data=canonical_json({"t": "intent", **head}))],
+        )
+        output = await noop(**arguments)
+        body = {"t": "outcome", **head, "result": {"output": output}}
+        await world.log.append(
+            "bench-bare", [NewEvent(key=f"step/{i}/outcome", data=canonical_json(body))]
+        )
 
     async def run(what: str, i: int) -> None:
         if what == "floor":
@@ -284,24 +306,28 @@ async def _floor_pairs(world: World, client: Client, floor: Floor, steps: int) -
         elif what == "world":
             await world.log.append("bench-pair", [NewEvent(key=f"step/{i}/intent", data=intent)])
             await world.log.append("bench-pair", [NewEvent(key=f"step/{i}/outcome", data=outcome)])
+        elif what == "bare":
+            await bare(i)
         else:
             await journal.call(step, {"i": i})
 
     for i in range(FLOOR_WARMUP + steps):
-        for what in order.sample(list(walls), 3):
+        for what in order.sample(list(walls), len(walls)):
             t0, c0 = time.perf_counter(), time.process_time()
             await run(what, i)
             t1, c1 = time.perf_counter(), time.process_time()
             if i >= FLOOR_WARMUP:
                 walls[what].append(t1 - t0)
                 cpus[what].append(c1 - c0)
-    floor_us, pair_us, never_us = (statistics.median(walls[w]) * 1e6 for w in walls)
+    floor_us, pair_us, bare_us, never_us = (statistics.median(walls[w]) * 1e6 for w in walls)
     cpu_us = {what: round(statistics.median(values) * 1e6, 1) for what, values in cpus.items()}
     return {
         "event_bytes": size,
         "cpu_us": cpu_us,
         "floor_pair_us": round(floor_us, 1),
         "world_pair_us": round(pair_us, 1),
+        "bare_us": round(bare_us, 1),
+        "bare_over_floor": round(bare_us / floor_us, 3),
         "never_us": round(never_us, 1),
         "never_over_floor": round(never_us / floor_us, 3),
         "backend_us": round(pair_us - floor_us, 1),
@@ -621,23 +647,24 @@ def main() -> int:
         )
     print(f"\nnever step against its floor (two raw commits), medians of {args.steps}, us")
     print(
-        f"{'store':<10}{'bytes':>6}{'floor':>9}{'world 2x':>10}{'never':>9}"
-        f"{'never/floor':>13}{'backend':>9}{'journal':>9}"
+        f"{'store':<10}{'bytes':>6}{'floor':>9}{'world 2x':>10}{'bare':>7}{'never':>9}"
+        f"{'bare/floor':>12}{'never/floor':>13}{'backend':>9}{'journal':>9}"
     )
     for store, f in floors.items():
         print(
             f"{store:<10}{f['event_bytes']:>6}{f['floor_pair_us']:>9.0f}{f['world_pair_us']:>10.0f}"
-            f"{f['never_us']:>9.0f}{f['never_over_floor']:>12.2f}x"
-            f"{f['backend_us']:>9.0f}{f['journal_us']:>9.0f}"
+            f"{f['bare_us']:>7.0f}{f['never_us']:>9.0f}{f['bare_over_floor']:>11.2f}x"
+            f"{f['never_over_floor']:>12.2f}x{f['backend_us']:>9.0f}{f['journal_us']:>9.0f}"
         )
     print("  backend = world 2x - floor; journal = never - world 2x")
+    print("  bare = two minimal records, each encoded and appended per step, and the call")
     print("\nthis process's CPU time for the same, medians, us (the client's part of each)")
-    print(f"{'store':<10}{'floor':>9}{'world 2x':>10}{'never':>9}{'journal':>9}")
+    print(f"{'store':<10}{'floor':>9}{'world 2x':>10}{'bare':>7}{'never':>9}{'journal':>9}")
     for store, f in floors.items():
         cpu = f["cpu_us"]
         print(
-            f"{store:<10}{cpu['floor']:>9.0f}{cpu['world']:>10.0f}{cpu['never']:>9.0f}"
-            f"{cpu['never'] - cpu['world']:>9.0f}"
+            f"{store:<10}{cpu['floor']:>9.0f}{cpu['world']:>10.0f}{cpu['bare']:>7.0f}"
+            f"{cpu['never']:>9.0f}{cpu['never'] - cpu['world']:>9.0f}"
         )
     print("\nratios (targets of issue 17; steps against peers: per-step overhead at N=100):")
     for item in ratios:

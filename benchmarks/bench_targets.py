@@ -26,7 +26,8 @@ calling its functions, then one table is printed, one row a target and backend, 
    steps/s, append and turn p50/p99, and the limit each backend hits first.
 
 Then the profile of what remains: per store, a ``never`` step's gap to its floor split into the
-backend's part and the journal's, and the Postgres append's statement and client CPU.
+backend's part and the journal's, with what a bare step costs (the least any journal step
+must do, see ``bench_steps.py``), and the Postgres append's statement and client CPU.
 
 ``--quick`` makes every stage a smoke run (a couple of minutes in all: CI's ``make
 bench-quick`` runs it). A stage that fails is reported and the others still run; the exit
@@ -167,7 +168,8 @@ def remains(steps: dict[str, Any] | None) -> list[str]:
         lines.append(
             f"  {store:<9} never {f['never_us']:>7.0f} us = floor {f['floor_pair_us']:>6.0f}"
             f" + backend {f['backend_us']:>6.0f} (the World's two appends - the floor)"
-            f" + journal {f['journal_us']:>5.0f} (its CPU {journal_cpu:.0f})"
+            f" + journal {f['journal_us']:>5.0f} (its CPU {journal_cpu:.0f});"
+            f" a bare step {f['bare_us']:.0f} ({f['bare_over_floor']:.2f}x the floor)"
         )
     return lines
 
