@@ -4,6 +4,7 @@ JSON cannot carry, keys that could collide, and a thread that never returns."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import os
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from world_core import (
@@ -34,7 +37,8 @@ from world_core import (
     tool,
 )
 from world_core.errors import InvalidArgumentError, ToolError, TurnFailedError
-from world_core.journal._client import turn_message
+from world_core.journal._client import QueueKeyKind, _check_key, turn_message, turn_queue_key
+from world_core.spi import MAX_ID_BYTES
 
 pytestmark = pytest.mark.anyio
 
@@ -172,6 +176,90 @@ def test_idempotency_keys_of_different_ids_never_collide() -> None:
     assert forged != short
     assert len(forged.encode()) <= 255
     assert idempotency_key("s", "t", 3) == "s/t/step-3"
+
+
+_QUEUE_KEY_KINDS: list[tuple[QueueKeyKind, int | None]] = [
+    ("turn", None),
+    ("kick", 1),
+    ("signal", 0),
+    ("wake", 1),
+    ("wake", 10),
+]
+
+
+def test_queue_keys_of_different_messages_never_collide() -> None:
+    """Session ids may hold '/', turn ids not. The queue's key of a turn's submission, kick,
+    signal wake-up or timer wake-up is its own whatever ids look like the others' keys: two
+    messages that shared one, the queue would keep one of them (a turn never run, a wake-up
+    lost). Digest keys (ids too long) and signal checks' keys cannot be forged by ids shaped
+    like them either, and every key fits."""
+    long = "s" * 505  # its turn's submission key is 512 bytes, its other keys longer
+    ids = [
+        ("a", "t"),
+        ("a/t", "kick-1"),
+        ("a/t", "signal-0"),
+        ("a/t", "wake-1"),
+        ("a/t", "wake-10"),
+        ("a/t/wake-1", "0"),
+        ("kick-1/a", "t"),
+        ("turn/a", "t"),
+        ("turn", "a"),
+        ("a", "turn"),
+        (long, "t"),
+        (long + "/t", "kick-1"),
+        ("é" * 256, "t" * 256),
+    ]
+    keys: dict[str, tuple[str, str, QueueKeyKind, int | None]] = {}
+    for session, turn in ids:
+        for kind, n in _QUEUE_KEY_KINDS:
+            key = turn_queue_key(session, turn, kind, n)
+            assert len(key.encode("utf-8")) <= MAX_ID_BYTES, key
+            other = keys.setdefault(key, (session, turn, kind, n))
+            assert other == (session, turn, kind, n), f"{other} and {session, turn, kind, n}"
+    assert len(turn_queue_key(long, "t").encode()) == MAX_ID_BYTES
+    digests = [k for k in keys if k.startswith("turn-sha256/")]
+    assert len(digests) == 3 * len(_QUEUE_KEY_KINDS) - 1, digests
+    for made in [*digests, _check_key("a", "sig"), _check_key("a/t", "wake-1")]:
+        session, _, turn = made.rpartition("/")
+        for kind, n in _QUEUE_KEY_KINDS:
+            assert turn_queue_key(session, turn, kind, n) != made
+
+
+def _parsed(key: str) -> tuple[str, int | None, str, str]:
+    """(kind, n, session, turn) read back from a key that is not a digest."""
+    tag, _, rest = key.partition("/")
+    session, _, turn = rest.rpartition("/")
+    kind, _, number = tag.partition("-")
+    assert not number or str(int(number)) == number, f"{number!r} is not written one way"
+    return kind, int(number) if number else None, session, turn
+
+
+_IDS = st.text(st.sampled_from("at/-0123456789kicwenslgé"), min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _IDS,
+    _IDS.map(lambda text: text.replace("/", "-")),
+    st.sampled_from(_QUEUE_KEY_KINDS),
+    st.integers(0, 10**6),
+    st.integers(0, 480),
+)
+def test_a_queue_key_names_one_message(
+    session: str, turn: str, kind_n: tuple[QueueKeyKind, int | None], n: int, pad: int
+) -> None:
+    """Every key that is not a digest reads back as the (kind, number, session, turn) it was
+    made of (so no two messages share one); a longer one is the digest of that key."""
+    kind, fixed = kind_n
+    number = None if fixed is None else n
+    session = "x" * pad + session
+    key = turn_queue_key(session, turn, kind, number)
+    plain = f"{kind if number is None else f'{kind}-{number}'}/{session}/{turn}"
+    if len(plain.encode("utf-8")) <= MAX_ID_BYTES:
+        assert key == plain
+        assert _parsed(key) == (kind, number, session, turn)
+    else:
+        assert key == "turn-sha256/" + hashlib.sha256(plain.encode("utf-8")).hexdigest()
 
 
 def test_a_worker_exits_although_a_sync_tool_never_returns(tmp_path: Path) -> None:

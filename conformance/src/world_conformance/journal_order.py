@@ -254,3 +254,49 @@ class JournalOrderContract(ContractBase):
         assert await client.submit("s", "three", turn_id=three) == three
         events = await world.log.read(session_log_id("s"))
         assert [e.key for e in events if e.key and "/park/" in e.key] == [f"turn/{three}/park/1"]
+
+    @pytest.mark.parametrize("first", ["kick", "submission"])
+    async def test_order_a_kick_and_another_sessions_turn_both_run(
+        self, world: World, first: str
+    ) -> None:
+        """Session ids may hold '/', turn ids not. Session ``a``'s turn ``u`` is parked behind
+        ``t`` and sent on by a kick when ``t`` ends; session ``a/u`` has a turn named
+        ``kick-1``, like that kick. Both messages live on one queue at once (``kick``: the
+        kick is queued first; ``submission``: the other turn's message is queued first and
+        held by a worker while the kick is sent): neither is deduplicated into the other,
+        and every turn replies."""
+        client = Client(world, queue=QUEUE)
+        record = _Record()
+        # (the lease of the claims below, from which the worker tells the store's time)
+        worker = Worker(world, record.agent(), queue=QUEUE, lease=WAIT * 3, crash=None)
+        held = []
+        if first == "submission":
+            await client.submit("a/u", "other", turn_id="kick-1")
+            held = await world.queue.claim(QUEUE, "held", lease=WAIT * 3)
+            assert len(held) == 1
+        t = await client.submit("a", "one", turn_id="t")
+        u = await client.submit("a", "two", turn_id="u")
+        leases = await world.queue.claim(QUEUE, "tester", lease=WAIT * 3, limit=2)
+        assert [json.loads(lease.payload)["turn_id"] for lease in leases] == [t, u]
+        with anyio.fail_after(WAIT):
+            parked = await worker.process(leases[1])
+            assert parked.status == "queued", parked  # handed on: t has not ended
+            ended = await worker.process(leases[0])
+            assert ended.status == "done", ended  # ... and its end kicked u
+        if first == "kick":
+            await client.submit("a/u", "other", turn_id="kick-1")
+        else:
+            with anyio.fail_after(WAIT):
+                assert (await worker.process(held[0])).status == "done"
+        waiting = {("a", u), ("a/u", "kick-1")} - ({("a/u", "kick-1")} if held else set())
+        with anyio.fail_after(WAIT * 2):
+            while waiting:
+                found = await worker.run_once(wait=WAIT / 2)
+                assert found is not None, (
+                    f"no message came for {sorted(waiting)}: a turn's message was "
+                    "deduplicated away by another session's message with the same key"
+                )
+                if found.status == "done":
+                    waiting.discard((found.session_id, found.turn_id))
+        assert await client.reply("a", u) == "turn 2: two"
+        assert await client.reply("a/u", "kick-1") == "turn 1: other"

@@ -72,6 +72,7 @@ from world_core import (
     session_log_id,
 )
 from world_core.errors import BackendUnavailableError, TurnFailedError
+from world_core.journal._client import turn_queue_key
 from world_core.spi import Log
 
 __all__ = ["JournalResilienceContract"]
@@ -212,7 +213,7 @@ async def _until_done(worker: Worker) -> tuple[list[str], TurnResult]:
 
 
 def _dedup_key(session: str, turn: str) -> str:
-    return f"{session}/{turn}"  # Client.submit's deduplication key for a short turn id
+    return turn_queue_key(session, turn)  # Client.submit's deduplication key
 
 
 async def _live_message(world: World) -> str:

@@ -128,6 +128,24 @@ async def _until_done(
                 return statuses
 
 
+async def _until_all_done(
+    world: World, agent: Agent, turns: set[tuple[str, str]], *, within: float = WAIT * 3
+) -> None:
+    """Run messages until each (session, turn) of ``turns`` is done; fails when no message
+    comes for the ones left."""
+    worker = _worker(world, agent)
+    waiting = set(turns)
+    with anyio.fail_after(within):
+        while waiting:
+            found = await worker.run_once(wait=WAIT / 2)
+            assert found is not None, (
+                f"no message came for {sorted(waiting)}: a message of theirs was deduplicated "
+                "away by another session's message with the same key"
+            )
+            if found.status == "done":
+                waiting.discard((found.session_id, found.turn_id))
+
+
 async def _events(world: World, session: str, what: str) -> list[dict[str, Any]]:
     found = []
     for event in await world.log.read(session_log_id(session)):
@@ -211,6 +229,38 @@ class JournalTimerContract(ContractBase):
             resumed = await worker.run_once(wait=WAIT)
         assert _status(resumed) == "done", resumed
         assert await client.reply("s", turn) is not None
+
+    @pytest.mark.parametrize("first", ["wake_up", "submission"])
+    async def test_timers_a_wake_up_and_another_sessions_turn_both_run(
+        self, world: World, first: str
+    ) -> None:
+        """Session ids may hold '/', turn ids not. Session ``a``'s turn ``t`` sleeps at step
+        1; session ``a/t`` has a turn named ``wake-1``, like that sleep's wake-up. Both
+        messages live on one queue at once (``wake_up``: the wake-up is queued first;
+        ``submission``: the other turn's message is queued first and held by a worker while
+        the wake-up is queued): neither is deduplicated into the other, and both turns reply.
+        """
+        client = Client(world, queue=QUEUE)
+        agent = _Sleepy(0.5)
+        worker = _worker(world, agent)
+        held = []
+        if first == "submission":
+            await client.submit("a/t", "other", turn_id="wake-1")
+            held = await world.queue.claim(QUEUE, "held", lease=WAIT * 3)
+            assert len(held) == 1
+        await client.submit("a", "hello", turn_id="t")
+        with anyio.fail_after(WAIT):
+            assert _status(await worker.run_once(wait=WAIT)) == "suspended"
+        if first == "wake_up":
+            await client.submit("a/t", "other", turn_id="wake-1")
+        else:
+            with anyio.fail_after(WAIT):
+                # (by a worker of the claim's lease, from which it tells the store's time)
+                holder = Worker(world, agent, queue=QUEUE, lease=WAIT * 3, crash=None)
+                assert _status(await holder.process(held[0])) == "suspended"
+        await _until_all_done(world, agent, {("a", "t"), ("a/t", "wake-1")})
+        assert await client.reply("a", "t") is not None
+        assert await client.reply("a/t", "wake-1") is not None
 
 
 class _Refunds:
@@ -344,6 +394,23 @@ class JournalSignalContract(ContractBase):
         with anyio.fail_after(WAIT):
             assert _status(await worker.run_once(wait=WAIT)) == "done"
         assert await client.reply("s", second) == "two from ann"
+
+    async def test_signals_a_wake_up_and_another_sessions_turn_both_run(self, world: World) -> None:
+        """Session ids may hold '/', turn ids not. Session ``a``'s turn ``t`` waits for
+        ``go`` at step 0, and the signal queues its wake-up; session ``a/t`` then submits a
+        turn named ``signal-0``, like that wake-up: its message is not deduplicated into the
+        wake-up, and both turns get their signal and reply."""
+        client = Client(world, queue=QUEUE)
+        agent = _Waiter(WAIT * 3)
+        with anyio.fail_after(WAIT):
+            await client.submit("a", "hello", turn_id="t")
+            assert _status(await _worker(world, agent).run_once(wait=WAIT)) == "suspended"
+            await client.signal("a", "go", "one", sender="bob")
+            await client.submit("a/t", "other", turn_id="signal-0")
+            await client.signal("a/t", "go", "two", sender="ann")  # kept for its wait
+        await _until_all_done(world, agent, {("a", "t"), ("a/t", "signal-0")})
+        assert await client.reply("a", "t") == "one from bob"
+        assert await client.reply("a/t", "signal-0") == "two from ann"
 
     async def test_signals_sent_before_the_wait_are_kept_for_it(self, world: World) -> None:
         """A signal sent before any turn waits for its name is consumed by the first wait for

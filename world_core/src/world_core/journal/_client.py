@@ -95,11 +95,45 @@ def turn_message(session_id: str, turn_id: str) -> bytes:
     return canonical_json({"session_id": session_id, "turn_id": turn_id})
 
 
-def turn_queue_key(session_id: str, turn_id: str, suffix: str = "") -> str:
-    """The queue's deduplication key of a turn's message: ``<session>/<turn><suffix>`` (the
-    suffix tells a hand-on's message from the submission's), or a digest of it when that is
-    too long to be a key."""
-    key = f"{session_id}/{turn_id}{suffix}"
+QueueKeyKind = Literal["turn", "kick", "signal", "wake"]
+"""Why a message runs a turn (see :func:`turn_queue_key`)."""
+
+
+def turn_queue_key(
+    session_id: str, turn_id: str, kind: QueueKeyKind = "turn", n: int | None = None
+) -> str:
+    """The queue's deduplication key of a message that runs a turn: ``<tag>/<session>/<turn>``.
+
+    The tag says why the message runs it: ``turn`` (its submission), ``kick-<n>`` (the
+    ``n``-th hand-on to it after an earlier turn ended: see :mod:`~world_core.journal._order`),
+    ``signal-<n>`` (a signal's wake-up of its wait at step ``n``), ``wake-<n>`` (the wake-up
+    at the deadline of its wait at step ``n``). A session id may hold ``/``; a tag and a turn
+    id (:func:`~world_core.journal._journal.check_turn_id`) never do. So the first ``/`` of a
+    key ends its tag, the last one begins its turn, and the session is what lies between,
+    whatever it holds; and a tag is written one way for each kind and ``n`` (decimal, no
+    leading zeros). Two messages therefore share a key only if they run the same turn of the
+    same session for the same reason: the queue keeps one of them (see
+    :meth:`Queue.enqueue <world_core.spi.Queue.enqueue>`), and that is a duplicate dropped.
+    (The key was ``<session>/<turn><suffix>`` before: turn ``t`` of session ``a`` had its
+    first kick under ``a/t/kick-1``, which was also the submission's key of turn ``kick-1``
+    of session ``a/t``, and one of the two never ran.)
+
+    A key longer than :data:`~world_core.spi.MAX_ID_BYTES` is replaced by
+    ``turn-sha256/<the hex sha-256 of that key>``: distinct keys give distinct digests (up to
+    a collision of sha-256), and ``turn-sha256``, like ``signal-check-sha256`` (a signal's
+    check: ``_check_key``), is no tag, so no key of the form above equals a digest key.
+
+    Args:
+        kind: the tag's kind; ``n`` (an int >= 0) goes with each kind but ``turn``.
+    """
+    tag: str
+    if kind == "turn" and n is None:
+        tag = kind
+    elif kind in ("kick", "signal", "wake") and type(n) is int and n >= 0:
+        tag = f"{kind}-{n}"
+    else:
+        raise InvalidArgumentError(f"no queue key of kind {kind!r} with n={n!r}")
+    key = f"{tag}/{session_id}/{turn_id}"
     if len(key.encode("utf-8")) <= MAX_ID_BYTES:
         return key
     return "turn-sha256/" + hashlib.sha256(key.encode("utf-8")).hexdigest()
@@ -738,11 +772,12 @@ def _failure_of(session_id: str, turn_id: str, event: Event) -> TurnFailedError:
 
 
 def _check_key(session_id: str, signal_id: str) -> str:
-    """The queue's deduplication key of a signal's check: a digest of (session, signal) under
-    a prefix of its own, never ``<session>/<turn><suffix>`` like a turn's messages (as
-    ``<session>/signal-check/<signal>``, a turn named ``signal-check`` would share it with the
-    check of a signal named after one of its suffixes, ``wake-0``, and one of the two
-    messages was deduplicated away: the turn's wake-up, or the check)."""
+    """The queue's deduplication key of a signal's check: ``signal-check-sha256/<hex>``, the
+    sha-256 of the JSON list ``[session, signal]`` (one list per pair, whatever either holds).
+    Checks share a queue with turns' messages, whose keys never begin so (see
+    :func:`turn_queue_key`): a check and a turn's message never share a key. (With the turn
+    keys ``<session>/<turn><suffix>`` of before, the turn named by this digest in a session
+    named ``signal-check-sha256`` had this key too.)"""
     both = canonical_json([session_id, signal_id])
     return f"{SIGNAL_CHECK}-sha256/" + hashlib.sha256(both).hexdigest()
 
@@ -799,7 +834,7 @@ async def _queue_wake_ups(
         await world.queue.enqueue(
             str(intent.get("queue") or queue),  # the waiting turn's workers' queue
             canonical_json(wake),
-            dedup_key=turn_queue_key(session_id, turn, f"/signal-{step}"),
+            dedup_key=turn_queue_key(session_id, turn, "signal", step),
         )
         woken.append(turn)
     return woken

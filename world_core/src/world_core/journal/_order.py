@@ -99,7 +99,7 @@ async def hand_on(world: World, session_id: str, queue: str, *, after: str) -> s
         message = OutboxMessage(
             queue=queue,
             payload=turn_message(session_id, turn),
-            dedup_key=turn_queue_key(session_id, turn, f"/kick-{n}"),
+            dedup_key=turn_queue_key(session_id, turn, "kick", n),
         )
         try:
             await world.log.append(
@@ -143,7 +143,7 @@ async def _send(world: World, queue: str, session_id: str, turn: str, n: int) ->
     await world.queue.enqueue(
         queue,
         turn_message(session_id, turn),
-        dedup_key=turn_queue_key(session_id, turn, f"/kick-{n}"),
+        dedup_key=turn_queue_key(session_id, turn, "kick", n),
     )
 
 

@@ -733,7 +733,7 @@ class Worker:
                     self.queue,
                     canonical_json(wake),
                     delay=delay,
-                    dedup_key=turn_queue_key(session_id, turn_id, f"/wake-{suspended.step}"),
+                    dedup_key=turn_queue_key(session_id, turn_id, "wake", suspended.step),
                 )
             except Exception as exc:  # never take the worker down: the message comes back
                 log.warning("turn %s/%s: queueing its wake-up failed: %s", session_id, turn_id, exc)
