@@ -527,3 +527,37 @@ def test_renewals_come_sooner_after_a_late_wake_up(late: float, interval: float)
     """lease / 3 while the loop is on time; after a stall, at most half of what the lease
     leaves after a stall as long, and never more often than lease / 10."""
     assert renew_interval(30.0, late) == pytest.approx(interval)
+
+
+async def test_process_reckons_the_clock_from_the_lease_it_was_claimed_for(world: World) -> None:
+    """A lease claimed for 600 s, run by a worker whose own lease is 5 s: the store's clock
+    (which stamps the turn's records, ``at``, and judges a ``never`` call's deadline on a
+    takeover) is the deadline minus 600, not minus 5, which put it ~595 s ahead."""
+    client = Client(world)
+    turn = await client.submit("s", "what time is it")
+    leases = await world.queue.claim("turns", "tester", lease=600, wait=WAIT)
+    assert len(leases) == 1
+    worker = Worker(world, echo_agent(), lease=5, crash=None)
+    with anyio.fail_after(WAIT):
+        result = await worker.process(leases[0], claimed_for=600)
+    assert result.status == "done", result
+    assert await client.reply("s", turn) == "echo"
+    stamps = [
+        body["at"]
+        for info in (await world.log.list_logs()).items
+        for event in await world.log.read(info.log_id)
+        if isinstance(body := json.loads(event.data), dict) and body.get("t") == "reply"
+    ]
+    assert len(stamps) == 1
+    assert abs(stamps[0] - time.time()) < 60  # the local World's clock is this machine's
+
+
+@pytest.mark.parametrize("claimed_for", [0, -1.0, True, "600", float("inf"), float("nan")])
+async def test_process_refuses_a_claimed_for_no_lease_can_last(
+    world: World, claimed_for: Any
+) -> None:
+    await Client(world).submit("s", "hi")
+    leases = await world.queue.claim("turns", "tester", lease=30, wait=WAIT)
+    with pytest.raises(InvalidArgumentError, match="claimed_for"):
+        await Worker(world, echo_agent(), crash=None).process(leases[0], claimed_for=claimed_for)
+    assert await world.log.list_logs()  # the turn was not touched: it is still submitted

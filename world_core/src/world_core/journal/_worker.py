@@ -391,14 +391,33 @@ class Worker:
             tg.cancel_scope.cancel()
 
     async def process(
-        self, lease: Lease, *, stop: anyio.Event | None = None, claimed_at: float | None = None
+        self,
+        lease: Lease,
+        *,
+        stop: anyio.Event | None = None,
+        claimed_at: float | None = None,
+        claimed_for: float | None = None,
     ) -> TurnResult:
         """Run the turn ``lease`` holds, renewing it meanwhile; ack, release or drop it.
 
         ``claimed_at``: ``time.monotonic()`` taken when the claim's answer arrived (now, if
         not given), from which the store's clock is estimated.
+
+        ``claimed_for``: the seconds the lease was claimed for (the claim's ``lease=``), if
+        not this worker's :attr:`lease`. A lease does not carry it, and the store's clock is
+        its deadline minus it: a lease claimed for longer than assumed puts the turn's clock
+        ahead by the difference (a takeover would answer for a ``never`` call still within its
+        deadline), and the lease is held only until then, not for the worker's duration.
+
+        Raises:
+            InvalidArgumentError: ``claimed_for`` is not a number of seconds a lease can last.
         """
-        return await self._run(lease, stop, claimed_at, None)
+        duration = self.lease
+        if claimed_for is not None:
+            duration = validate_queue_seconds(claimed_for, "claimed_for")
+            if duration <= 0:
+                raise InvalidArgumentError("claimed_for must be > 0 seconds, as a claim's lease")
+        return await self._run(lease, stop, claimed_at, None, duration)
 
     async def _run(
         self,
@@ -406,12 +425,15 @@ class Worker:
         stop: anyio.Event | None,
         claimed_at: float | None,
         prepared: _Prepared | None,
+        claimed_for: float | None = None,
     ) -> TurnResult:
         stopped: BaseException | None = None
         async with anyio.create_task_group() as observing:
             watch = _Observing(self, observing)
             try:
-                result = await self._process(lease, stop, claimed_at, watch, prepared)
+                result = await self._process(
+                    lease, stop, claimed_at, watch, prepared, claimed_for or self.lease
+                )
             except BaseException as exc:  # a cancellation, a simulated crash: raised as it came
                 stopped = exc
             else:
@@ -428,6 +450,7 @@ class Worker:
         claimed_at: float | None,
         watch: _Observing,
         prepared: _Prepared | None,
+        claimed_for: float,
     ) -> TurnResult:
         try:
             body = json.loads(lease.payload)
@@ -447,13 +470,13 @@ class Worker:
 
         started = time.monotonic()  # just after the claim (the margin below covers it)
         clock = _LeaseClock(
-            lease, self.lease, claimed_at if claimed_at is not None else time.monotonic()
+            lease, claimed_for, claimed_at if claimed_at is not None else time.monotonic()
         )
         current = lease
         lost = False
         shutdown = False
         timed_out = False
-        held_until = started + self.lease  # local clock, no later than the store's
+        held_until = started + claimed_for  # local clock, no later than the store's
         journal: Journal | None = None
         reply: str | None = None
         error: BaseException | None = None
@@ -470,7 +493,7 @@ class Worker:
 
             async def renew() -> None:
                 nonlocal current, lost, held_until
-                due = started + self.lease / 3
+                due = started + claimed_for / 3
                 late = 0.0
                 while True:
                     await anyio.sleep(max(0.0, due - time.monotonic()))
