@@ -382,3 +382,40 @@ async def test_a_signals_check_never_takes_a_turns_wake_up_key(world: World) -> 
     assert woken is not None, "the turn's deadline wake-up never came"
     assert woken.status == "done", woken
     assert await client.reply("s", turn) == "timed out"
+
+
+class _LooksTwice(Agent):
+    """Starts a child run, waits for it, then waits for it again (a second look)."""
+
+    def __init__(self) -> None:
+        super().__init__(model=ScriptedModel(lambda request: ModelReply(content="-")))
+
+    async def run_turn(self, journal: Journal) -> str:
+        if journal.parent is not None:
+            return await journal.finish(f"child read {journal.user_message!r}")
+        child = await journal.start_child("the report")
+        first = await journal.wait_child(child, timeout=WAIT * 3)
+        again = await journal.wait_child(child, timeout=WAIT * 3)
+        return await journal.finish(f"{first and first.reply} / {again and again.reply}")
+
+
+async def test_waiting_again_for_a_child_that_ended_gets_its_end(world: World) -> None:
+    """A child's end is signalled once and the first wait consumes it; a second wait for the
+    same child gets the same end at once. Before, it waited out its whole timeout for a
+    signal that would never come and returned None, as if the child had not ended."""
+    client = Client(world)
+    turn = await client.submit("parent", "fetch the report")
+    worker = Worker(world, _LooksTwice(), lease=2, crash=None)
+    statuses: list[str] = []
+    with anyio.fail_after(WAIT):
+        # parent suspends, child runs and signals, parent resumes and finishes: never past
+        # the second wait's timeout (three times this deadline)
+        while await client.status("parent", turn) != "done":
+            result = await worker.run_once(wait=WAIT)
+            assert result is not None, statuses
+            statuses.append(result.status)
+    expected = "child read 'the report'"
+    assert await client.reply("parent", turn) == f"{expected} / {expected}"
+    # The replay reads both ends back the same way.
+    replay = await Journal.open(world, "parent", turn)
+    assert await _LooksTwice().run_turn(replay) == f"{expected} / {expected}"

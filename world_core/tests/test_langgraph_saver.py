@@ -471,6 +471,49 @@ async def test_concurrent_calls_of_a_task_find_their_records_in_any_order(world:
     assert sorted(effects) == ["ada", "ada", "bob"]  # each of the three calls ran once
 
 
+async def test_two_resumes_of_one_thread_at_once_run_a_never_call_once(world: World) -> None:
+    """Two processes resume a thread cut off before its send, at the same time: both run the
+    super-step, both find no record of the send, both try to write its intent; the one whose
+    intent was refused (another's was there) must not send, and answers with the other's
+    outcome. It sent twice before (the refused intent write was taken as its own)."""
+    saver = WorldCheckpointSaver(world)
+    effects: list[str] = []
+    crash = [True]
+    arrived: list[int] = []
+    both = anyio.Event()
+
+    async def send(to: str) -> str:
+        effects.append(to)
+        return f"sent to {to}"
+
+    durable_send = durable_tool(send, replay="never", saver=saver, timeout=5)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        if crash[0]:
+            raise SimulatedCrash("killed before the send")
+        arrived.append(1)
+        if len(arrived) == 2:
+            both.set()
+        await both.wait()  # both resumes are in the task, neither has looked for the send
+        return {"log": [await durable_send("ada")]}
+
+    graph = _graph(saver, node)
+    with pytest.raises(SimulatedCrash):
+        await graph.ainvoke({"log": []}, _thread("t"))
+    crash[0] = False
+    states: list[dict[str, Any]] = []
+
+    async def resume() -> None:
+        states.append(await graph.ainvoke(None, _thread("t")))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(resume)
+            group.start_soon(resume)
+    assert effects == ["ada"]
+    assert [state["log"] for state in states] == [["sent to ada"], ["sent to ada"]]
+
+
 async def test_a_tool_node_running_tool_calls_in_parallel_threads(world: World) -> None:
     saver = WorldCheckpointSaver(world)
     effects: list[str] = []

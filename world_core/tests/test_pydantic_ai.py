@@ -493,6 +493,35 @@ async def test_an_approved_call_runs_once_across_a_crash_while_waiting(
     ]
 
 
+async def test_each_turn_of_a_session_gets_its_own_token_and_its_decision(
+    local: World, sink: Sink
+) -> None:
+    """Two turns of one session each wait for an approval at the same step: each gets a token
+    of its own, and resolving the second turn's token ends the second turn's wait. Before,
+    both turns got the same token (session and signal name, which holds the step number every
+    turn counts from 0): the second decision was taken for a repeat of the first and counted
+    once (or refused, if it differed), and the second turn waited on for ten years."""
+    asked: list[tuple[str, list[str]]] = []
+    agent = approval_agent(sink, asked)
+    client = Client(local)
+    decision = {"approvals": {"call-1": True}}
+    replies: list[str] = []
+    for turn in ("t1", "t2"):
+        await client.submit("s", MESSAGE, turn_id=turn)
+        with pytest.raises(TurnSuspended):
+            await WorldAgent(agent).run_turn(await Journal.open(local, "s", turn))
+        await resolve_event(client, asked[-1][0], decision, sender="ada")
+        try:
+            with anyio.fail_after(30):
+                journal = await Journal.open(local, "s", turn)
+                replies.append(await WorldAgent(agent).run_turn(journal))
+        except TurnSuspended as still:  # before: turn t2 waited on, for ten years
+            pytest.fail(f"turn {turn} still waits after its decision: {still}")
+    assert len({token for token, _ in asked}) == 2
+    assert replies == ["send said: sent to ops", "send said: sent to ops"]
+    assert len(sink.lines("s")) == 2
+
+
 async def test_a_refused_or_unanswered_call_does_not_run(local: World, sink: Sink) -> None:
     client = Client(local)
     asked: list[tuple[str, list[str]]] = []

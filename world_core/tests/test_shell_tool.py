@@ -104,6 +104,24 @@ async def test_a_script_that_changes_nothing_stages_nothing(world: World) -> Non
     assert all((key or "").startswith("turn/") for key in keys), keys  # no tree record
 
 
+async def test_a_script_setting_setuid_or_sticky_bits_keeps_its_files(world: World) -> None:
+    """``chmod 4755`` (or ``+t``) is valid bash; the workspace keeps permission bits only, so
+    the files are committed with ``0o755``. Before, the engine's tree held ``0o4755`` and the
+    whole call failed with "mode must be permission bits 0 to 0o777, got 2541", losing every
+    file the script wrote."""
+    journal = await _turn(world)
+    script = "printf 'echo hi\\n' > run.sh && chmod 4755 run.sh && echo kept > note.txt"
+    result = await journal.call(bash_tool(), {"script": script})
+    assert result == {"stdout": "", "stderr": "", "exit_code": 0}
+    await journal.finish("done")
+    tree = await Workspace(world).tree("s")
+    assert {path: entry.mode for path, entry in tree.files.items()} == {
+        "run.sh": 0o755,
+        "note.txt": 0o644,
+    }
+    assert await _files(world) == {"run.sh": b"echo hi\n", "note.txt": b"kept\n"}
+
+
 @pytest.mark.parametrize("when", ["before_run", "after_run"])
 @pytest.mark.parametrize("step", [0, 1])
 async def test_a_crash_at_any_step_ends_with_the_clean_runs_tree(

@@ -542,6 +542,18 @@ async def test_imports_refuse_escapes_links_and_devices(
     assert not (tmp_path.parent / "evil.txt").exists()
 
 
+async def test_a_directory_imported_without_its_parents_gets_them(world: World) -> None:
+    """A tar may list ``a/b/`` without ``a/`` (tar does for ``tar cf x.tar a/b``): the tree
+    holds every directory, so ``a`` is there too, listed and found like any directory. It was
+    missing before: ``a/b`` existed, yet ``list("")`` did not show ``a`` and ``stat("a")``
+    raised PathNotFoundError."""
+    workspace = Workspace(world)
+    tree = await workspace.import_tar("s", _tar((_member("a/b/", tarfile.DIRTYPE), b"")))
+    assert tree.dirs == {"a", "a/b"}
+    assert await workspace.list("s") == ["a"]
+    assert (await workspace.stat("s", "a")).kind == "dir"
+
+
 async def test_folder_imports_refuse_symlinks(world: World, tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()

@@ -90,6 +90,22 @@ async def test_url_that_is_not_postgres_is_refused(url: str) -> None:
         await connect(url=url)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres:s3cret-Pa55@[::1/postgres",  # an IPv6 host never closed
+        "postgresql://postgres:s3cret-Pa55@]x[/postgres",
+        "postgresql://postgres:s3cret-Pa55@127.0.0.1:abc/postgres",  # a port that is no number
+        "postgresql://postgres:s3cret-Pa55@127.0.0.1:99999/postgres",  # past 65535
+    ],
+)
+async def test_malformed_url_is_a_setting_error_that_hides_the_password(url: str) -> None:
+    """Each raised ValueError or OverflowError as a traceback before (world sessions too)."""
+    with anyio.fail_after(WAIT), pytest.raises(ConfigurationError, match="url=") as caught:
+        await connect(url=url)
+    assert "s3cret-Pa55" not in str(caught.value)
+
+
 @pytest.mark.parametrize("value", ["0", "-3", "ten"])
 async def test_bad_pool_size_is_refused(
     monkeypatch: pytest.MonkeyPatch, pg_url: str, value: str

@@ -146,6 +146,15 @@ async def test_waits_past_max_waits_say_which_setting_to_raise(
         await world.aclose()
 
 
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+async def test_malformed_url_is_a_setting_error_that_hides_the_password(scheme: str) -> None:
+    """An IPv6 host whose '[' is never closed: a ValueError traceback before."""
+    malformed = f"{scheme}://:{SECRET}@[::1/0"
+    with anyio.fail_after(WAIT), pytest.raises(ConfigurationError, match="not a valid") as caught:
+        await connect(url=malformed)
+    assert SECRET not in str(caught.value)
+
+
 async def test_the_connect_timeout_is_shown(
     monkeypatch: pytest.MonkeyPatch, single_url: str
 ) -> None:

@@ -220,6 +220,13 @@ def _translated(what: str, target: Target, exc: BaseException, first: bool) -> W
         return ConfigurationError(
             f"{what}: invalid PostgreSQL connection setting in {target.source}: {exc}"
         )
+    if first and isinstance(exc, ValueError | OverflowError):
+        # asyncpg reads the URL's hosts and ports as it connects: a port that is not a number
+        # (ValueError) or past 65535 (OverflowError, from the socket) is a bad setting.
+        return ConfigurationError(
+            f"{what}: invalid PostgreSQL connection setting in {target.source} "
+            f"({target.where}): {redact(str(exc))[:200]}"
+        )
     if not isinstance(
         exc,
         asyncpg.PostgresError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from world_core import redact
 from world_core.errors import ConfigurationError
@@ -56,6 +57,13 @@ def _url(url: str | None) -> tuple[str, str]:
             f"{redact(url)!r} (from {source}) is not a postgresql:// URL; "
             "use postgresql://user:password@host:5432/dbname"
         )
+    try:
+        urlsplit(url)  # an unclosed '[' of an IPv6 host, say: refused here, not as a traceback
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{redact(url)!r} (from {source}) is not a valid URL: {exc}; use "
+            "postgresql://user:password@host:5432/dbname ([...] around an IPv6 address)"
+        ) from None
     return f"postgresql://{rest}", source
 
 

@@ -559,7 +559,13 @@ async def open_connection(url: str, source: str = URL_VARIABLE) -> Connection:
     """
     timeout = connect_timeout()
     max_waits()  # a bad setting is refused before anything connects
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed '[' of an IPv6 host, say
+        raise ConfigurationError(
+            f"{redact(url)!r} (from {source}) is not a valid URL: {exc}; use "
+            "redis://[user:password@]host:6379/0 ([...] around an IPv6 address)"
+        ) from None
     scheme = parts.scheme.lower()
     if scheme not in ("redis", "rediss", "unix", *_CLUSTER_SCHEMES):
         raise ConfigurationError(

@@ -985,7 +985,8 @@ class _Steps:
         return (_body(intent) if intent is not None else None), None
 
     async def write(self, call: _Call, what: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Append the record; when another run wrote it first, theirs is returned."""
+        """Append the record and return ``body`` itself; when another run wrote it first,
+        theirs is returned (another object)."""
         log_id = _steps_log(call.thread_id)
         event = NewEvent(data=_json(body), key=f"{call.key}/{what}")
         with anyio.CancelScope(shield=True):  # a record that must not be lost
@@ -996,6 +997,10 @@ class _Steps:
                     return _body(exc.existing)
                 raise
         return body
+
+
+_OUTCOME_POLL = 0.5
+"""Seconds between looks for the outcome of a ``never`` call another run of the task runs."""
 
 
 def _identity(
@@ -1046,11 +1051,13 @@ def durable_tool(
       answering for it.
     * ``replay="never"``: record the intent (with its deadline, ``timeout`` seconds on), then
       call, then record the outcome. Found an intent without an outcome (the call was
-      interrupted), do not call: wait until its deadline has passed (plus
+      interrupted, or another run of the task makes it: two processes resuming one thread),
+      or lost the race to write it, do not call: wait until its deadline has passed (plus
       :data:`~world_core.journal.CLOCK_MARGIN`; it may still be running elsewhere), record that it
       may or may not have happened, and raise :class:`~world_core.PossiblyRanError` (its
-      message is :data:`~world_core.POSSIBLY_RAN`, for the model). At most one run of ``fn``
-      per place, whatever crashes. Deadlines are on the local clock: the machines resuming
+      message is :data:`~world_core.POSSIBLY_RAN`, for the model); an outcome the other run
+      records meanwhile is the answer instead. At most one run of ``fn`` per place, whatever
+      crashes. Deadlines are on the local clock: the machines resuming
       a thread must agree on the time within ``CLOCK_MARGIN`` (1 s), as NTP keeps them.
 
     An exception from a ``never`` call is its recorded outcome (the call happened): it is
@@ -1098,7 +1105,24 @@ def durable_tool(
         ``never`` call, is durable by then)."""
         intent, outcome = await steps.recorded(call)
         found = outcome if outcome is not None else intent
-        if found is not None and found.get("id", identity) != identity:
+        if found is not None:
+            check(call, identity, found)
+        if outcome is not None:
+            return outcome
+        if intent is not None:
+            return await answer_for(call, identity, intent)
+        if replay == "never":
+            mine = {"deadline": time.time() + float(timeout), "id": identity}
+            written = await steps.write(call, "intent", mine)
+            if written is not mine:
+                # Another run of the task (a second resume of the thread) wrote the intent
+                # between our read and our write: it runs the call, this one must not.
+                check(call, identity, written)
+                return await answer_for(call, identity, written)
+        return None
+
+    def check(call: _Call, identity: str, found: dict[str, Any]) -> None:
+        if found.get("id", identity) != identity:
             raise NonDeterminismError(
                 f"{step_name} at {call.key!r} of thread {call.thread_id!r} is not the call "
                 "recorded there (other arguments under the same key=): the task's code or "
@@ -1108,18 +1132,18 @@ def durable_tool(
                 recorded=found.get("id"),
                 attempted=identity,
             )
-        if outcome is not None:
-            return outcome
-        if intent is not None:
-            # Interrupted: never run again. Answer only once it cannot still be running.
-            wait = float(intent["deadline"]) + CLOCK_MARGIN - time.time()
-            if wait > 0:
-                await anyio.sleep(wait)
-            return await steps.write(call, "outcome", {"interrupted": True, "id": identity})
-        if replay == "never":
-            deadline = time.time() + float(timeout)
-            await steps.write(call, "intent", {"deadline": deadline, "id": identity})
-        return None
+
+    async def answer_for(call: _Call, identity: str, intent: dict[str, Any]) -> dict[str, Any]:
+        """The outcome of a call whose intent another run wrote: never run it again. Answer
+        only once it cannot still be running, with its own outcome if it records one by then
+        (looked for every :data:`_OUTCOME_POLL` seconds: the other run may be alive)."""
+        end = float(intent["deadline"]) + CLOCK_MARGIN
+        while (wait := end - time.time()) > 0:
+            await anyio.sleep(min(wait, _OUTCOME_POLL))
+            _, outcome = await steps.recorded(call)
+            if outcome is not None:
+                return outcome
+        return await steps.write(call, "outcome", {"interrupted": True, "id": identity})
 
     async def after(call: _Call, body: dict[str, Any]) -> dict[str, Any]:
         return await steps.write(call, "outcome", body)

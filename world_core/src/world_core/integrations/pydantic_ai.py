@@ -553,14 +553,17 @@ class WorldApprovals(AbstractCapability[AgentDepsT]):
 # -- waiting for outside input ------------------------------------------------------------------
 
 
-def event_token(session_id: str, signal: str) -> str:
-    """The resume token of a wait: which session, which signal. :func:`resolve_event` and
+def event_token(session_id: str, signal: str, turn_id: str | None = None) -> str:
+    """The resume token of a wait: which session, which signal, which turn (the signal's
+    name holds the wait's step, which every turn of the session numbers from 0: the turn
+    tells two turns' waits at the same step apart). :func:`resolve_event` and
     :func:`fail_event` read it back."""
-    body = json.dumps({"s": session_id, "n": signal}, separators=(",", ":")).encode("utf-8")
+    fields = {"s": session_id, "n": signal, **({"t": turn_id} if turn_id is not None else {})}
+    body = json.dumps(fields, separators=(",", ":")).encode("utf-8")
     return _TOKEN_PREFIX + base64.urlsafe_b64encode(body).decode("ascii")
 
 
-def _parse_token(token: str) -> tuple[str, str]:
+def _parse_token(token: str) -> tuple[str, str, str | None]:
     if not isinstance(token, str) or not token.startswith(_TOKEN_PREFIX):
         raise InvalidArgumentError(
             f"token {token!r:.60} is not a world resume token (it starts with {_TOKEN_PREFIX!r}: "
@@ -568,7 +571,8 @@ def _parse_token(token: str) -> tuple[str, str]:
         )
     try:
         body = json.loads(base64.urlsafe_b64decode(token[len(_TOKEN_PREFIX) :].encode("ascii")))
-        return str(body["s"]), str(body["n"])
+        turn = body.get("t")  # absent from the tokens of waits begun before turns were named
+        return str(body["s"]), str(body["n"]), None if turn is None else str(turn)
     except (ValueError, KeyError, TypeError):
         raise InvalidArgumentError(f"token {token!r:.60} is damaged; pass it unchanged") from None
 
@@ -587,13 +591,14 @@ async def resolve_event(client: Client, token: str, payload: object, *, sender: 
         InvalidArgumentError: not a world token, a payload that is not JSON (or above 64 KiB),
             or the token was resolved otherwise already.
     """
-    session_id, name = _parse_token(token)
+    session_id, name, turn_id = _parse_token(token)
     return await client.signal(
         session_id,
         name,
         {"payload": to_jsonable_python(payload)},
         sender=sender,
         signal_id=_signal_id(token),
+        turn_id=turn_id,
     )
 
 
@@ -603,9 +608,14 @@ async def fail_event(client: Client, token: str, reason: str, *, sender: str) ->
     See :func:`resolve_event`."""
     if not isinstance(reason, str):
         raise InvalidArgumentError(f"reason must be a str, got {type(reason).__name__}")
-    session_id, name = _parse_token(token)
+    session_id, name, turn_id = _parse_token(token)
     return await client.signal(
-        session_id, name, {"failure": reason}, sender=sender, signal_id=_signal_id(token)
+        session_id,
+        name,
+        {"failure": reason},
+        sender=sender,
+        signal_id=_signal_id(token),
+        turn_id=turn_id,
     )
 
 
@@ -635,7 +645,7 @@ class WorldEventWaiter(ExternalEventWaiter):
     ) -> JsonValue:
         journal = self._journal
         signal = f"pydantic-ai/{journal.position + 1}/{name}"
-        token = event_token(journal.session_id, signal)
+        token = event_token(journal.session_id, signal, journal.turn_id)
 
         async def asking(context: ToolContext | None) -> JsonValue:
             return await ask(token)

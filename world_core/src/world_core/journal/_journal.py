@@ -1200,7 +1200,8 @@ class Journal:
     async def wait_child(self, child: str, *, timeout: float) -> ChildResult | None:  # noqa: ASYNC109
         """Wait for the child run ``child`` (from :meth:`start_child`) to end; its reply or
         failure, or None when ``timeout`` seconds passed first. The turn holds no worker
-        while it waits; the child's end wakes it."""
+        while it waits; the child's end wakes it. A wait for a child whose end an earlier
+        wait of this turn received returns that end at once."""
         validate_id(child, "child")
         seconds = check_seconds(timeout, "timeout")
         result = await self._wait(
@@ -1697,6 +1698,8 @@ class Journal:
                 found = await self._find_signal(signal, signal_turn)
                 if found is not None and not (kind == "approval" and _late(found, deadline)):
                     outcome = {"signal": found}
+            if outcome is None and kind == "child":
+                outcome = self._child_ended(name, n)
             if outcome is None:
                 if self._clock() < deadline:
                     # Deferred outcomes of steps run again on the way here would be lost with
@@ -1721,6 +1724,21 @@ class Journal:
         except BaseException:
             self._next = n
             raise
+
+    def _child_ended(self, child: str, before: int) -> dict[str, Any] | None:
+        """The end of child run ``child`` as an earlier wait of this turn received it, or
+        None. A child's end is signalled once, and the first wait for it consumes the signal:
+        a later wait for the same child (a second look, a loop over the children again)
+        gets the same end instead of waiting out its timeout for a signal that will not come.
+        Read from this turn's own steps, so a replay finds it the same."""
+        for m in range(before - 1, -1, -1):
+            step = self._turn.steps.get(m)
+            outcome = step.outcome if step is not None else None
+            if outcome is not None and outcome.get("kind") == "child":
+                result = outcome.get("result") or {}
+                if outcome.get("name") == child and "signal" in result:
+                    return {"signal": result["signal"]}
+        return None
 
     def _approved_before(self, name: str, digest: str) -> int | None:
         """The approval step that covers a retry of ``name`` with these arguments: the latest

@@ -613,6 +613,7 @@ class _Draft:
             path = normalize_path(raw, what="directory")
             if path:
                 dirs.add(path)
+                dirs.update(ancestors(path))  # a tar may list "a/b/" without "a/"
         for raw, data in tree.files.items():
             path = normalize_path(raw, what="file")
             if path == "":

@@ -62,6 +62,8 @@ def bash_tool(
         "exit_code"}``. A script that fails, or is stopped by a limit, is an outcome like any
         other (exit code and stderr say why); a tree the workspace refuses (its
         ``WorkspaceLimits``) fails the call with ``WorkspaceLimitError`` and changes nothing.
+        Files keep their permission bits (``0o777``); setuid, setgid and sticky bits a
+        script sets are dropped.
 
     Raises:
         ConfigurationError: no ``shell`` given and bashkit is not installed
@@ -104,7 +106,17 @@ def bash_tool(
         before = Tree.of(snapshot)
         result = await engine.run(script, before, script_limits)
         if result.tree != before:
-            await files.apply(result.tree)
+            await files.apply(_permission_bits_only(result.tree))
         return {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code}
 
     return tool(run_script, replay="safe", name=name, description=description, timeout=timeout)
+
+
+def _permission_bits_only(tree: Tree) -> Tree:
+    """``tree`` with each file's mode cut to its permission bits (``0o777``), which is all a
+    workspace keeps: ``chmod u+s`` or ``chmod +t`` in a script leaves setuid, setgid or sticky
+    bits, which mean nothing in a workspace and would make the whole tree refused."""
+    if all(mode <= 0o777 for mode in tree.modes.values()):
+        return tree
+    modes = {path: mode & 0o777 for path, mode in tree.modes.items()}
+    return Tree(files=tree.files, dirs=tree.dirs, modes=modes)
