@@ -33,6 +33,7 @@ from world_core import (
     write_state,
 )
 from world_core.errors import (
+    ConflictError,
     InvalidArgumentError,
     InvalidIdentifierError,
     NonDeterminismError,
@@ -384,6 +385,30 @@ async def test_blobs_are_content_addressed_and_checked(world: World) -> None:
     assert await blobs.get(half) == b"abcdefgh"
     with pytest.raises(NotFoundError, match="damaged"):
         await blobs.get(BlobRef(digest=ref.digest, size=11))
+
+
+@pytest.mark.parametrize(("died", "then"), [(4, 3), (3, 5), (2, 1024), (1024, 3)])
+async def test_a_put_completes_a_prefix_cut_by_another_chunk_size(
+    world: World, died: int, then: int
+) -> None:
+    """A writer of chunk size ``died`` died after two chunks (or the whole bytes when they fit
+    in fewer); a put of chunk size ``then`` completes the blob from the byte where they end.
+    Continuing from the chunk count instead cut the rest at the wrong byte: the closed blob
+    was damaged for good."""
+    from world_core import Blobs
+
+    data = b"the quick brown fox"
+    ref = BlobRef(digest=__import__("hashlib").sha256(data).hexdigest(), size=len(data))
+    left = [data[i : i + died] for i in range(0, len(data), died)][:2]
+    await world.stream.write(ref.stream_id, left)
+    assert await Blobs(world.stream, chunk_size=then).put(data) == ref
+    assert await Blobs(world.stream).get(ref) == data
+    # A stream holding other bytes under this digest is not completed: the put says so.
+    other = BlobRef(digest=__import__("hashlib").sha256(b"xy" + data).hexdigest(), size=0)
+    await world.stream.write(other.stream_id, [b"zz"])
+    with pytest.raises(ConflictError, match="no prefix"):
+        await Blobs(world.stream, chunk_size=then).put(b"xy" + data)
+    assert not (await world.stream.info(other.stream_id)).closed
 
 
 async def test_a_sessions_blobs_are_its_own_indexed_before_written_and_deleted_with_it(

@@ -2,8 +2,9 @@
 
 A blob lives in a stream cut into chunks of at most ``chunk_size`` bytes. It counts as stored
 only once that stream is closed; a writer that died half-way left an open stream holding a
-prefix of the same bytes (same digest, same cut), which the next ``put`` completes. Readers
-check size and digest, so a damaged blob is an error, never data.
+prefix of the same bytes (same digest), which the next ``put`` completes from the byte where
+it ends, whatever the chunk size of either writer. Readers check size and digest, so a damaged
+blob is an error, never data.
 
 Who owns a blob (so deleting a session deletes its blobs and only its blobs)
     A session's blobs are its own: :func:`session_blobs` stores them in streams
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 
+import anyio
 from pydantic import BaseModel, ConfigDict
 
 from world_core.errors import (
@@ -42,6 +44,7 @@ __all__ = ["BlobRef", "Blobs", "blob_scope", "session_blobs"]
 
 _WRITE_BYTES = 4 * 1024 * 1024  # per Stream.write call, well under MAX_PAYLOAD_BYTES
 _INDEX_PAGE = 1000  # index events read per call when deleting
+_RESUME_SECONDS = 30.0  # to read the chunks a put that died half-way left
 
 
 def blob_scope(session_id: str) -> str:
@@ -100,7 +103,6 @@ class Blobs:
         """Store ``data`` (idempotent: storing the same bytes again writes nothing)."""
         ref = BlobRef(digest=hashlib.sha256(data).hexdigest(), size=len(data))
         stream_id = self.stream_id(ref)
-        chunks = [data[i : i + self._chunk_size] for i in range(0, len(data), self._chunk_size)]
         indexed = self._owner is None
         for _ in range(5):  # another writer of the same bytes may be racing us
             info = await self._stream.info(stream_id)
@@ -110,16 +112,23 @@ class Blobs:
                 await self._index(ref)
                 indexed = True
             start = info.next_index
+            # The rest of the bytes, cut from where the chunks there end: a writer that died
+            # half-way may have cut them otherwise (another chunk_size).
+            done = await self._written(stream_id, start, data) if start else 0
+            cut = self._chunk_size
+            rest = [data[i : i + cut] for i in range(done, len(data), cut)]
             try:
-                while start < len(chunks):
+                sent = 0  # of rest
+                while sent < len(rest):
                     batch: list[bytes] = []
                     size = 0
-                    while start + len(batch) < len(chunks) and (
-                        not batch or size + len(chunks[start + len(batch)]) <= _WRITE_BYTES
+                    while sent + len(batch) < len(rest) and (
+                        not batch or size + len(rest[sent + len(batch)]) <= _WRITE_BYTES
                     ):
-                        size += len(chunks[start + len(batch)])
-                        batch.append(chunks[start + len(batch)])
+                        size += len(rest[sent + len(batch)])
+                        batch.append(rest[sent + len(batch)])
                     start = await self._stream.write(stream_id, batch, expect_next=start)
+                    sent += len(batch)
             except (ConflictError, ClosedError):
                 continue
             await self._stream.close(stream_id)
@@ -127,6 +136,29 @@ class Blobs:
         raise ConflictError(
             f"blob {ref.digest} kept changing under concurrent writers; retry the put",
             expected=0,
+            actual=-1,
+        )
+
+    async def _written(self, stream_id: str, count: int, data: bytes) -> int:
+        """How many bytes of ``data`` the first ``count`` chunks of the open stream hold (a
+        prefix, written by a put that died half-way).
+
+        Raises:
+            ConflictError: they are not a prefix of ``data``, or they were not all there
+                within :data:`_RESUME_SECONDS` (the stream deleted meanwhile): retry the put.
+        """
+        held = 0
+        with anyio.move_on_after(_RESUME_SECONDS):
+            async for chunk in self._stream.read(stream_id):
+                if data[held : held + len(chunk.data)] != chunk.data:
+                    break
+                held += len(chunk.data)
+                if chunk.index == count - 1:
+                    return held
+        raise ConflictError(
+            f"blob stream {stream_id} holds no prefix of the blob's bytes in its first {count} "
+            "chunks (it changed meanwhile); retry the put",
+            expected=count,
             actual=-1,
         )
 
