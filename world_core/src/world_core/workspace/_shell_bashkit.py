@@ -10,6 +10,16 @@ enforced around it: output is counted as it streams and the run cancelled past
 ``max_output_bytes``; the tree's bytes are checked before and after against
 ``max_memory_bytes``; a deadline a little past ``timeout`` cancels a run the engine did not
 stop itself.
+
+bashkit also caps some commands on its own, with no knob in its Python API (checked in
+0.20.1: neither ``max_loop_iterations``, ``max_commands`` nor an ``ExecutionProfile`` moves
+them): ``seq`` prints at most 100,000 lines, ``yes`` 10,000, ``printf`` refuses a width over
+10,000, and a job in the background (``f &``) that nests functions too deep ends alone. It
+reports these only as a line on stderr and lets the script go on with the output cut short,
+so the script's exit code can be 0 on a wrong answer. Those lines are matched in the
+script's stderr (:data:`_ENGINE_CAPS`) and the run is stopped as by a limit (``engine``, or
+``depth``). A script that discards its stderr (``2>/dev/null``) discards that line too, and
+the cut is then not seen.
 """
 
 from __future__ import annotations
@@ -53,13 +63,38 @@ _ENGINE_LIMITS: tuple[tuple[re.Pattern[str], Limit], ...] = (
 )
 
 
-def _engine_limit(error: str | None) -> Limit | None:
+_ENGINE_CAPS = re.compile(
+    r"^(?:bash: line \d+: )?(?:[\w.-]+: )?(?:"
+    r"(?:line|output) limit \([^)\n]*\) exceeded; output truncated"
+    r"|format width \d+ exceeds limit \d+"
+    r"|output limit exceeded \([^)\n]*\)"
+    r"|resource limit exceeded: [^\n]*"
+    r")$",
+    re.MULTILINE,
+)
+"""A line bashkit writes on stderr when one of its own caps cut a command short while the
+script went on (``seq: line limit (100000) exceeded; output truncated``, ``printf: format
+width 20000 exceeds limit 10000``, ``resource limit exceeded: maximum function depth exceeded
+(16)`` from a job in the background). A script that writes such a line on its stderr itself
+is stopped the same way."""
+
+
+def _engine_limit(error: str | None, default: Limit = "commands") -> Limit | None:
     if not error or ("resource limit" not in error and "limit exceeded" not in error):
         return None
     for pattern, limit in _ENGINE_LIMITS:
         if pattern.search(error):
             return limit
-    return "commands"
+    return default
+
+
+def _engine_cap(stderr: str) -> tuple[Limit, str] | None:
+    """The first cap of bashkit's own that ``stderr`` reports, and its line."""
+    found = _ENGINE_CAPS.search(stderr)
+    if found is None:
+        return None
+    line = found.group(0)
+    return _engine_limit(line, "engine") or "engine", line
 
 
 def _load(fs: Any, tree: Tree) -> None:
@@ -175,6 +210,9 @@ class BashkitShell:
             return self._stopped(
                 tree, limit, str(result.error), stdout, stderr, limits.max_output_bytes
             )
+        cap = _engine_cap(stderr)
+        if cap is not None:
+            return self._stopped(tree, cap[0], cap[1], stdout, stderr, limits.max_output_bytes)
         after = _walk(bash.fs())
         if after.size > limits.max_memory_bytes:
             return self._stopped(

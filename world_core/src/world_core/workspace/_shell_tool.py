@@ -31,7 +31,8 @@ SHELL_TOOL_DESCRIPTION = (
     "functions and the usual commands work (cat ls mkdir rm mv cp touch find grep sed awk sort "
     "uniq wc head tail cut tr diff xargs echo printf tee jq ...). File changes under "
     "/workspace are kept; there is no network, no host file and no other program. A script "
-    "stopped by a limit (time, output, loops) exits with 124 and changes no file."
+    "stopped by a limit (time, output, loops, or output the interpreter cut short) exits with "
+    "124 and changes no file."
 )
 """What the model reads about the tool."""
 
