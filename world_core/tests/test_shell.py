@@ -269,6 +269,22 @@ async def test_output_under_the_interpreter_caps_is_not_a_limit() -> None:
     )
 
 
+async def test_a_symbolic_link_is_named_as_not_kept() -> None:
+    """A workspace holds no links: a link a script makes under /workspace is left out of the
+    tree. Before, silently; now the result names it (``not_saved``) and stderr says why."""
+    result = await run("ln -s notes/a.txt link; mkdir d; ln -s ../run.sh d/run; echo ok")
+    assert result.exit_code == 0
+    assert result.limit is None
+    assert result.stdout == "ok\n"
+    assert result.not_saved == ("d/run", "link")
+    assert "not saved in the workspace" in result.stderr
+    assert "'d/run' (a symbolic link), 'link' (a symbolic link)" in result.stderr
+    assert result.tree == Tree(files=START.files, dirs=frozenset({"d"}), modes=START.modes)
+    plain = await run("ln -s /workspace/run.sh /tmp/elsewhere; echo ok")  # outside: no note
+    assert plain.not_saved == ()
+    assert plain.stderr == ""
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [

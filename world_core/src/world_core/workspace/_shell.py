@@ -239,6 +239,9 @@ class ShellResult:
         exit_code: its exit status (:data:`LIMIT_EXIT_CODE` when a limit stopped it).
         tree: the files as it left them (the tree it started from when a limit stopped it).
         limit: the limit that stopped it, or None.
+        not_saved: paths under ``/workspace`` the script left that ``tree`` does not hold,
+            sorted: symbolic links (a workspace holds only files and directories), and any
+            other kind of entry that is neither. ``stderr`` names them too.
     """
 
     stdout: str
@@ -246,6 +249,7 @@ class ShellResult:
     exit_code: int
     tree: Tree
     limit: Limit | None = None
+    not_saved: tuple[str, ...] = ()
 
     def raise_for_limit(self) -> ShellResult:
         """Return self, unless a limit stopped the script.
@@ -299,8 +303,10 @@ class Shell(Protocol):
             limits: what it may use (default :class:`ShellLimits()`).
 
         Returns:
-            Its output, exit code and the tree as it left it. A script that fails, or is
-            stopped by a limit, is a result, not an exception.
+            Its output, exit code and the tree as it left it (an entry under ``/workspace``
+            that is neither a file nor a directory, such as a symbolic link, is left out and
+            named in :attr:`ShellResult.not_saved`). A script that fails, or is stopped by a
+            limit, is a result, not an exception.
 
         Raises:
             InvalidArgumentError: ``script`` is not a str or has NUL; ``tree`` is not a tree;

@@ -108,12 +108,14 @@ def _load(fs: Any, tree: Tree) -> None:
             fs.chmod(f"{WORKSPACE_ROOT}/{path}", mode)
 
 
-def _walk(fs: Any) -> Tree:
+def _walk(fs: Any) -> tuple[Tree, dict[str, str]]:
+    """The tree under ``/workspace``, and the entries it cannot hold (path to kind)."""
     files: dict[str, bytes] = {}
     dirs: set[str] = set()
     modes: dict[str, int] = {}
+    left_out: dict[str, str] = {}
     if not fs.exists(WORKSPACE_ROOT):
-        return Tree()
+        return Tree(), left_out
     pending = [""]
     while pending:
         relative = pending.pop()
@@ -126,8 +128,21 @@ def _walk(fs: Any) -> Tree:
             elif kind == "file":
                 files[path] = bytes(fs.read_file(f"{WORKSPACE_ROOT}/{path}"))
                 modes[path] = int(entry["metadata"]["mode"]) & 0o7777
-            # a symbolic link is not part of the tree: the workspace keeps files and folders
-    return Tree(files=files, dirs=frozenset(dirs), modes=modes)
+            else:  # a symbolic link, a named pipe: the workspace keeps files and folders only
+                left_out[path] = str(kind)
+    return Tree(files=files, dirs=frozenset(dirs), modes=modes), left_out
+
+
+def _not_saved_note(left_out: Mapping[str, str]) -> str:
+    kinds = {"symlink": "a symbolic link", "fifo": "a named pipe"}
+    named = ", ".join(
+        f"{path!r} ({kinds.get(kind, kind)})" for path, kind in sorted(left_out.items())
+    )
+    advice = " Copy (cp, cp -r) instead of linking." if "symlink" in left_out.values() else ""
+    return (
+        f"shell: not saved in the workspace, which holds only files and directories: "
+        f"{named}.{advice}\n"
+    )
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -213,7 +228,7 @@ class BashkitShell:
         cap = _engine_cap(stderr)
         if cap is not None:
             return self._stopped(tree, cap[0], cap[1], stdout, stderr, limits.max_output_bytes)
-        after = _walk(bash.fs())
+        after, left_out = _walk(bash.fs())
         if after.size > limits.max_memory_bytes:
             return self._stopped(
                 tree,
@@ -231,8 +246,16 @@ class BashkitShell:
             return self._stopped(
                 tree, "output", f"more than {out_limit} bytes", stdout, stderr, out_limit
             )
+        if left_out:
+            if stderr and not stderr.endswith("\n"):
+                stderr += "\n"
+            stderr += _not_saved_note(left_out)
         return ShellResult(
-            stdout=stdout, stderr=stderr, exit_code=int(result.exit_code), tree=after
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=int(result.exit_code),
+            tree=after,
+            not_saved=tuple(sorted(left_out)),
         )
 
     @staticmethod
