@@ -220,6 +220,72 @@ async def test_deep_recursion_is_stopped_with_a_clear_error() -> None:
 
 
 @pytest.mark.parametrize(
+    ("script", "cap"),
+    [
+        ("seq 1 100000000 | tail -1; touch t", "seq: line limit (100000) exceeded"),
+        ("x=$(yes | head -c 200000000); echo ${#x}; touch t", "yes: output limit (10000 lines)"),
+        ("printf '%20000s' a | wc -c; touch t", "format width 20000 exceeds limit 10000"),
+        # the message reaches stderr even from a command substitution
+        ("x=$(seq 1 300000 | tail -1); echo $x; touch t", "seq: line limit (100000) exceeded"),
+    ],
+)
+async def test_an_interpreter_cap_that_cuts_output_short_stops_the_script(
+    script: str, cap: str
+) -> None:
+    """bashkit caps some commands on its own (no setting raises these caps) and, past a cap,
+    prints a line on stderr but goes on with the output cut short: ``seq 1 100000000 | tail
+    -1`` printed 100000 with exit code 0. Now the run says its output is incomplete, as a
+    limit does: exit code 124, limit ``engine``, the engine's line in stderr, no file
+    changed."""
+    result = await run(script)
+    assert result.limit == "engine", result
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert cap in result.stderr
+    assert "incomplete" in result.stderr
+    assert result.tree == START
+    with pytest.raises(ShellLimitError) as caught:
+        result.raise_for_limit()
+    assert caught.value.limit == "engine"
+
+
+async def test_recursion_too_deep_in_a_background_job_stops_the_script() -> None:
+    """A function nested past the interpreter's depth in ``f &`` ended that job only: the
+    script exited 0 with no limit. Now it is the ``depth`` limit, as in the foreground."""
+    result = await run("f() { f; }; f & wait; touch t; echo done")
+    assert result.limit == "depth", result
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert f"more than {MAX_FUNCTION_DEPTH} deep" in result.stderr
+    assert result.tree == START
+
+
+async def test_output_under_the_interpreter_caps_is_not_a_limit() -> None:
+    result = await run(
+        "seq 1 100000 | tail -1; yes | head -n 5000 | wc -l; printf '%10000s' a | wc -c; "
+        "echo 'seq: line limit (5) exceeded; output truncated'"  # on stdout: the script's own
+    )
+    assert result.limit is None, result
+    assert result.stdout == (
+        "100000\n5000\n10000\nseq: line limit (5) exceeded; output truncated\n"
+    )
+
+
+async def test_a_symbolic_link_is_named_as_not_kept() -> None:
+    """A workspace holds no links: a link a script makes under /workspace is left out of the
+    tree. Before, silently; now the result names it (``not_saved``) and stderr says why."""
+    result = await run("ln -s notes/a.txt link; mkdir d; ln -s ../run.sh d/run; echo ok")
+    assert result.exit_code == 0
+    assert result.limit is None
+    assert result.stdout == "ok\n"
+    assert result.not_saved == ("d/run", "link")
+    assert "not saved in the workspace" in result.stderr
+    assert "'d/run' (a symbolic link), 'link' (a symbolic link)" in result.stderr
+    assert result.tree == Tree(files=START.files, dirs=frozenset({"d"}), modes=START.modes)
+    plain = await run("ln -s /workspace/run.sh /tmp/elsewhere; echo ok")  # outside: no note
+    assert plain.not_saved == ()
+    assert plain.stderr == ""
+
+
+@pytest.mark.parametrize(
     ("setting", "value"),
     [
         ("timeout", 0),

@@ -157,6 +157,33 @@ async def test_a_script_stopped_by_a_limit_changes_no_file(world: World) -> None
     assert await _files(world) == {"a.txt": b"kept\n"}
 
 
+async def test_a_link_the_script_makes_is_named_in_the_outcome_not_lost(world: World) -> None:
+    """A workspace keeps no links, so ``ln -s`` under /workspace saves no file; before, the
+    link vanished with nothing said. Now the outcome's stderr names each path not saved and
+    why, and the rest of the script's files are committed."""
+    journal = await _turn(world)
+    script = "echo data > target.txt && ln -s target.txt alias.txt && echo made"
+    result = await journal.call(bash_tool(), {"script": script})
+    assert result["exit_code"] == 0
+    assert result["stdout"] == "made\n"
+    assert "'alias.txt'" in result["stderr"]
+    assert "not saved" in result["stderr"]
+    await journal.finish("done")
+    assert await _files(world) == {"target.txt": b"data\n"}
+
+
+async def test_an_interpreter_cap_reaches_the_model_as_a_limit(world: World) -> None:
+    """``seq 1 100000000 | tail -1`` printed 100000 with exit code 0 (bashkit cuts seq at
+    100,000 lines); the outcome now carries the limit's exit code and says why."""
+    journal = await _turn(world)
+    result = await journal.call(bash_tool(), {"script": "seq 1 100000000 | tail -1 > n.txt"})
+    assert result["exit_code"] == LIMIT_EXIT_CODE
+    assert "line limit (100000) exceeded" in result["stderr"]
+    assert "incomplete" in result["stderr"]
+    await journal.finish("done")
+    assert await _files(world) == {}
+
+
 async def test_a_tree_over_the_workspace_limits_fails_the_call(world: World) -> None:
     small = virtual(limits=WorkspaceLimits(max_file_bytes=100))
     bash = bash_tool(workspace=small)

@@ -279,7 +279,8 @@ class ShellLimitError(WorldError):
     The message names the setting to raise.
 
     Attributes:
-        limit: which limit (``time``, ``output``, ``loop``, ``commands``, ``memory``, ``depth``).
+        limit: which limit (``time``, ``output``, ``loop``, ``commands``, ``memory``, ``depth``,
+            ``engine``).
     """
 
     def __init__(self, message: str, *, limit: str) -> None:

@@ -16,7 +16,9 @@ shell_corpus``, every script compared with real ``/bin/bash``): `bashkit
 Limits (:class:`ShellLimits`): wall time, output size, loop iterations, commands and memory
 (the bytes of the tree). A script stopped by a limit exits with :data:`LIMIT_EXIT_CODE`, the
 result names the limit (:attr:`ShellResult.limit`) and says which setting to raise in its
-``stderr``, and the tree is returned unchanged: a stopped script changes no file.
+``stderr``, and the tree is returned unchanged: a stopped script changes no file. The
+interpreter's own caps count as limits too (``depth``, and ``engine`` for a command whose
+output the engine cut short), so a cut the engine reports is not answered with exit code 0.
 :meth:`ShellResult.raise_for_limit` turns that into a :class:`~world_core.errors.ShellLimitError`.
 """
 
@@ -51,9 +53,11 @@ WORKSPACE_ROOT = "/workspace"
 LIMIT_EXIT_CODE = 124
 """The exit code of a script stopped by a limit (as ``timeout(1)`` uses)."""
 
-Limit = Literal["time", "output", "loop", "commands", "memory", "depth"]
-"""What stopped a script: a :class:`ShellLimits` setting, or ``depth`` (functions nested
-deeper than the interpreter allows: :data:`MAX_FUNCTION_DEPTH`)."""
+Limit = Literal["time", "output", "loop", "commands", "memory", "depth", "engine"]
+"""What stopped a script: a :class:`ShellLimits` setting; ``depth`` (functions nested
+deeper than the interpreter allows: :data:`MAX_FUNCTION_DEPTH`); or ``engine``, a cap of the
+interpreter's own that cut a command's output short (bashkit: ``seq`` past 100,000 lines,
+``yes`` past 10,000, a ``printf`` width over 10,000), which no setting raises."""
 
 MAX_COMMANDS = 100_000
 """The most :attr:`ShellLimits.max_commands` may be (bashkit's own ceiling per script)."""
@@ -235,6 +239,9 @@ class ShellResult:
         exit_code: its exit status (:data:`LIMIT_EXIT_CODE` when a limit stopped it).
         tree: the files as it left them (the tree it started from when a limit stopped it).
         limit: the limit that stopped it, or None.
+        not_saved: paths under ``/workspace`` the script left that ``tree`` does not hold,
+            sorted: symbolic links (a workspace holds only files and directories), and any
+            other kind of entry that is neither. ``stderr`` names them too.
     """
 
     stdout: str
@@ -242,6 +249,7 @@ class ShellResult:
     exit_code: int
     tree: Tree
     limit: Limit | None = None
+    not_saved: tuple[str, ...] = ()
 
     def raise_for_limit(self) -> ShellResult:
         """Return self, unless a limit stopped the script.
@@ -261,6 +269,12 @@ def limit_message(limit: Limit, detail: str = "") -> str:
         return (
             f"shell: the script was stopped: functions nested more than {MAX_FUNCTION_DEPTH} "
             f"deep{extra}; no file was changed. Use a loop instead of deep recursion."
+        )
+    if limit == "engine":
+        return (
+            f"shell: the script was stopped: its output is incomplete, cut short by a cap of the "
+            f"interpreter{extra}; no file was changed. No setting raises this cap: make the "
+            "command produce less (a smaller range or count, a narrower width)."
         )
     return (
         f"shell: the script was stopped by the {limit} limit{extra}; no file was changed. "
@@ -289,8 +303,10 @@ class Shell(Protocol):
             limits: what it may use (default :class:`ShellLimits()`).
 
         Returns:
-            Its output, exit code and the tree as it left it. A script that fails, or is
-            stopped by a limit, is a result, not an exception.
+            Its output, exit code and the tree as it left it (an entry under ``/workspace``
+            that is neither a file nor a directory, such as a symbolic link, is left out and
+            named in :attr:`ShellResult.not_saved`). A script that fails, or is stopped by a
+            limit, is a result, not an exception.
 
         Raises:
             InvalidArgumentError: ``script`` is not a str or has NUL; ``tree`` is not a tree;

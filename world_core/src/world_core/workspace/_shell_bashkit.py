@@ -10,6 +10,16 @@ enforced around it: output is counted as it streams and the run cancelled past
 ``max_output_bytes``; the tree's bytes are checked before and after against
 ``max_memory_bytes``; a deadline a little past ``timeout`` cancels a run the engine did not
 stop itself.
+
+bashkit also caps some commands on its own, with no knob in its Python API (checked in
+0.20.1: neither ``max_loop_iterations``, ``max_commands`` nor an ``ExecutionProfile`` moves
+them): ``seq`` prints at most 100,000 lines, ``yes`` 10,000, ``printf`` refuses a width over
+10,000, and a job in the background (``f &``) that nests functions too deep ends alone. It
+reports these only as a line on stderr and lets the script go on with the output cut short,
+so the script's exit code can be 0 on a wrong answer. Those lines are matched in the
+script's stderr (:data:`_ENGINE_CAPS`) and the run is stopped as by a limit (``engine``, or
+``depth``). A script that discards its stderr (``2>/dev/null``) discards that line too, and
+the cut is then not seen.
 """
 
 from __future__ import annotations
@@ -53,13 +63,38 @@ _ENGINE_LIMITS: tuple[tuple[re.Pattern[str], Limit], ...] = (
 )
 
 
-def _engine_limit(error: str | None) -> Limit | None:
+_ENGINE_CAPS = re.compile(
+    r"^(?:bash: line \d+: )?(?:[\w.-]+: )?(?:"
+    r"(?:line|output) limit \([^)\n]*\) exceeded; output truncated"
+    r"|format width \d+ exceeds limit \d+"
+    r"|output limit exceeded \([^)\n]*\)"
+    r"|resource limit exceeded: [^\n]*"
+    r")$",
+    re.MULTILINE,
+)
+"""A line bashkit writes on stderr when one of its own caps cut a command short while the
+script went on (``seq: line limit (100000) exceeded; output truncated``, ``printf: format
+width 20000 exceeds limit 10000``, ``resource limit exceeded: maximum function depth exceeded
+(16)`` from a job in the background). A script that writes such a line on its stderr itself
+is stopped the same way."""
+
+
+def _engine_limit(error: str | None, default: Limit = "commands") -> Limit | None:
     if not error or ("resource limit" not in error and "limit exceeded" not in error):
         return None
     for pattern, limit in _ENGINE_LIMITS:
         if pattern.search(error):
             return limit
-    return "commands"
+    return default
+
+
+def _engine_cap(stderr: str) -> tuple[Limit, str] | None:
+    """The first cap of bashkit's own that ``stderr`` reports, and its line."""
+    found = _ENGINE_CAPS.search(stderr)
+    if found is None:
+        return None
+    line = found.group(0)
+    return _engine_limit(line, "engine") or "engine", line
 
 
 def _load(fs: Any, tree: Tree) -> None:
@@ -73,12 +108,14 @@ def _load(fs: Any, tree: Tree) -> None:
             fs.chmod(f"{WORKSPACE_ROOT}/{path}", mode)
 
 
-def _walk(fs: Any) -> Tree:
+def _walk(fs: Any) -> tuple[Tree, dict[str, str]]:
+    """The tree under ``/workspace``, and the entries it cannot hold (path to kind)."""
     files: dict[str, bytes] = {}
     dirs: set[str] = set()
     modes: dict[str, int] = {}
+    left_out: dict[str, str] = {}
     if not fs.exists(WORKSPACE_ROOT):
-        return Tree()
+        return Tree(), left_out
     pending = [""]
     while pending:
         relative = pending.pop()
@@ -91,8 +128,21 @@ def _walk(fs: Any) -> Tree:
             elif kind == "file":
                 files[path] = bytes(fs.read_file(f"{WORKSPACE_ROOT}/{path}"))
                 modes[path] = int(entry["metadata"]["mode"]) & 0o7777
-            # a symbolic link is not part of the tree: the workspace keeps files and folders
-    return Tree(files=files, dirs=frozenset(dirs), modes=modes)
+            else:  # a symbolic link, a named pipe: the workspace keeps files and folders only
+                left_out[path] = str(kind)
+    return Tree(files=files, dirs=frozenset(dirs), modes=modes), left_out
+
+
+def _not_saved_note(left_out: Mapping[str, str]) -> str:
+    kinds = {"symlink": "a symbolic link", "fifo": "a named pipe"}
+    named = ", ".join(
+        f"{path!r} ({kinds.get(kind, kind)})" for path, kind in sorted(left_out.items())
+    )
+    advice = " Copy (cp, cp -r) instead of linking." if "symlink" in left_out.values() else ""
+    return (
+        f"shell: not saved in the workspace, which holds only files and directories: "
+        f"{named}.{advice}\n"
+    )
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -175,7 +225,10 @@ class BashkitShell:
             return self._stopped(
                 tree, limit, str(result.error), stdout, stderr, limits.max_output_bytes
             )
-        after = _walk(bash.fs())
+        cap = _engine_cap(stderr)
+        if cap is not None:
+            return self._stopped(tree, cap[0], cap[1], stdout, stderr, limits.max_output_bytes)
+        after, left_out = _walk(bash.fs())
         if after.size > limits.max_memory_bytes:
             return self._stopped(
                 tree,
@@ -193,8 +246,16 @@ class BashkitShell:
             return self._stopped(
                 tree, "output", f"more than {out_limit} bytes", stdout, stderr, out_limit
             )
+        if left_out:
+            if stderr and not stderr.endswith("\n"):
+                stderr += "\n"
+            stderr += _not_saved_note(left_out)
         return ShellResult(
-            stdout=stdout, stderr=stderr, exit_code=int(result.exit_code), tree=after
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=int(result.exit_code),
+            tree=after,
+            not_saved=tuple(sorted(left_out)),
         )
 
     @staticmethod

@@ -31,7 +31,8 @@ SHELL_TOOL_DESCRIPTION = (
     "functions and the usual commands work (cat ls mkdir rm mv cp touch find grep sed awk sort "
     "uniq wc head tail cut tr diff xargs echo printf tee jq ...). File changes under "
     "/workspace are kept; there is no network, no host file and no other program. A script "
-    "stopped by a limit (time, output, loops) exits with 124 and changes no file."
+    "stopped by a limit (time, output, loops, or output the interpreter cut short) exits with "
+    "124 and changes no file. Symbolic links are not saved (stderr names them): copy instead."
 )
 """What the model reads about the tool."""
 
@@ -63,7 +64,9 @@ def bash_tool(
         other (exit code and stderr say why); a tree the workspace refuses (its
         ``WorkspaceLimits``) fails the call with ``WorkspaceLimitError`` and changes nothing.
         Files keep their permission bits (``0o777``); setuid, setgid and sticky bits a
-        script sets are dropped.
+        script sets are dropped. A symbolic link the script makes under ``/workspace`` is
+        not saved (a workspace holds only files and directories); the outcome's ``stderr``
+        ends with a line naming each such path.
 
     Raises:
         ConfigurationError: no ``shell`` given and bashkit is not installed
