@@ -338,6 +338,8 @@ ATTACKS = [
     "a\\..\\..\\x",
     "a\x00b",
     "a\nb",
+    "a\x85b",
+    "a\u2028b",
     "x" * 256,
     "/".join(["d"] * 65),
     ("y" * 200 + "/") * 6,
@@ -382,6 +384,19 @@ def test_normalisation_inside_the_root() -> None:
         normalize_path(b"a")
     with pytest.raises(PathError, match="absolute"):
         normalize_path("/a")
+
+
+@pytest.mark.parametrize("character", ["\x80", "\x85", "\x9f", "\u2028", "\u2029"])
+def test_c1_controls_and_line_separators_are_refused_like_other_controls(
+    character: str,
+) -> None:
+    """C1 controls (U+0080 to U+009F: U+0085 is NEXT LINE) and the line and paragraph
+    separators end a line in many readers, as a newline does: a path is refused with the
+    control-character error, naming the character. They were accepted before (only C0 and DEL
+    were refused)."""
+    with pytest.raises(PathError, match=f"control character U\\+{ord(character):04X}"):
+        normalize_path(f"notes/a{character}b.txt")
+    assert normalize_path("notes/\xa0\u2027\u202f.txt") == "notes/\xa0\u2027\u202f.txt"
 
 
 async def test_limits_are_enforced_with_errors_that_name_them(world: World) -> None:
