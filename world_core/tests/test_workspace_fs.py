@@ -806,6 +806,24 @@ async def test_imports_refuse_archives_larger_than_the_limits(world: World, tmp_
     assert await small.tree("s") == FileTree()
 
 
+async def test_a_repeated_tar_member_counts_once_against_the_limits(world: World) -> None:
+    """A tar may hold a path twice (``tar rf`` appends a newer copy); the later member
+    replaces the earlier, as extracting does, and only what is kept counts against the
+    limits. The earlier copy was counted too: an archive whose kept files fit was refused
+    with max_total_bytes (and, with another file between, max_entries)."""
+    small = Workspace(world, limits=WorkspaceLimits(max_total_bytes=10, max_entries=2))
+    first, other, later = _member("a.txt"), _member("b.txt"), _member("a.txt")
+    first.mode = 0o600
+    archive = _tar((first, b"old-a"), (other, b"b"), (later, b"new-a"))
+    tree = await small.import_tar("s", archive)
+    assert sorted(tree.files) == ["a.txt", "b.txt"]
+    assert await small.read_text("s", "a.txt") == "new-a"
+    assert (await small.stat("s", "a.txt")).mode == 0o644  # the later member's mode
+    too_big = _tar((first, b"old-a"), (later, b"new-a-and-more"))
+    with pytest.raises(WorkspaceLimitError, match="max_total_bytes"):
+        await small.import_tar("s", too_big)
+
+
 async def test_a_cold_snapshot_reads_every_file_once(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
