@@ -25,6 +25,7 @@ from world_core.journal._journal import (
     DEFAULT_QUEUE,
     canonical_json,
     check_blob_threshold,
+    check_new_turn_id,
     check_turn_id,
     digest_of,
     load_value,
@@ -189,10 +190,11 @@ class Client:
 
         Raises:
             InvalidArgumentError: ``turn_id`` was already used with a different message, a
-                message that is not a str, or bad ids (nothing is written).
+                message that is not a str, or bad ids, a ``turn_id`` holding a control
+                character among them (nothing is written).
         """
         session_log_id(session_id)
-        turn = check_turn_id(turn_id if turn_id is not None else uuid.uuid4().hex)
+        turn = check_new_turn_id(turn_id if turn_id is not None else uuid.uuid4().hex)
         if not isinstance(message, str):
             raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")
         digest = hashlib.sha256(canonical_json(message)).hexdigest()
