@@ -497,6 +497,27 @@ async def test_bad_ids_are_refused_before_any_io(world: World) -> None:
         _ = journal.user_message
 
 
+@pytest.mark.parametrize("character", ["\n", "\t", "\x7f", "\x85", "\u2028"])
+async def test_a_new_turn_id_with_a_control_character_is_refused(
+    world: World, character: str
+) -> None:
+    """A newline (or another control character) in a turn id breaks the lines of a trace and
+    the keys' readability: submit and resubmit refuse it, naming ``turn_id`` and the
+    character, before writing anything. It was accepted before. A turn id is only read by
+    the other calls, so one stored before the rule stays readable (no error)."""
+    client = Client(world)
+    bad = f"a{character}b"
+    with pytest.raises(InvalidArgumentError, match=f"turn_id .* U\\+{ord(character):04X}"):
+        await client.submit("s", "hi", turn_id=bad)
+    assert (await world.log.list_logs()).items == []
+    assert await client.status("s", bad) == "unknown"
+    turn = await client.submit("s", "hi")
+    await (await Journal.open(world, "s", turn)).fail("down")
+    with pytest.raises(InvalidArgumentError, match=r"turn_id .* control character"):
+        await client.resubmit("s", turn, new_turn_id=bad)
+    assert await client.status("s", bad) == "unknown"
+
+
 @pytest.mark.parametrize("reopen", [False, True], ids=["same-journal", "reopened"])
 async def test_a_blind_retry_of_an_interrupted_never_call_reuses_its_key(
     world: World, turn: str, effects: Effects, reopen: bool

@@ -28,8 +28,8 @@ from world_core import (
     session_log_id,
     tool,
 )
-from world_core.errors import NotFoundError, TurnFailedError
-from world_core.journal._client import turn_message
+from world_core.errors import InvalidArgumentError, NotFoundError, TurnFailedError
+from world_core.journal._client import resubmitted_turn_id, turn_message
 
 pytestmark = pytest.mark.anyio
 
@@ -249,6 +249,39 @@ async def test_resubmit_makes_a_new_turn_with_the_same_message(world: World) -> 
     assert await client.status("s", turn) == "failed"
     with pytest.raises(NotFoundError):
         await client.resubmit("s", "never-submitted")
+
+
+async def test_a_retried_resubmit_queues_one_turn_and_runs_it_once(world: World) -> None:
+    """A caller that retries ``resubmit`` (a timeout, a network error, a double click) gets
+    the same new turn: its id is derived from the resubmitted turn's, and the submission is
+    idempotent, so the turn is queued once and its model paid once. Each call made a new
+    turn with a random id before, and the turn ran twice. Resubmitting the new turn names a
+    newer one; ``new_turn_id`` names it explicitly."""
+    client = Client(world)
+    turn = await client.submit("s", "hello")
+    await (await Journal.open(world, "s", turn)).fail("the tool was down")
+    first = await client.resubmit("s", turn)
+    assert await client.resubmit("s", turn) == first != turn
+    assert first == resubmitted_turn_id(turn)
+    model = ScriptedModel(echo)
+    worker = Worker(world, Agent(model=model), crash=None)
+    old, new = await run_once(worker), await run_once(worker)
+    assert (old.turn_id, old.status) == (turn, "failed")
+    assert (new.turn_id, new.status) == (first, "done")
+    assert len(model.calls) == 1
+    assert await nothing_queued(world)
+    assert await client.resubmit("s", turn) == first  # after it ran: still it, not run again
+    assert await nothing_queued(world)
+    newer = await client.resubmit("s", first)
+    assert newer not in (turn, first)
+    assert await client.resubmit("s", turn, new_turn_id="mine") == "mine"
+    assert await client.resubmit("s", turn, new_turn_id="mine") == "mine"
+    with pytest.raises(InvalidArgumentError, match="new_turn_id"):
+        await client.resubmit("s", turn, new_turn_id=turn)
+    results = [await run_once(worker), await run_once(worker)]
+    assert [(r.turn_id, r.status) for r in results] == [(newer, "done"), ("mine", "done")]
+    assert len(model.calls) == 3
+    assert await nothing_queued(world)
 
 
 async def test_a_call_in_flight_on_the_last_delivery_leaves_a_record(world: World) -> None:

@@ -338,6 +338,8 @@ ATTACKS = [
     "a\\..\\..\\x",
     "a\x00b",
     "a\nb",
+    "a\x85b",
+    "a\u2028b",
     "x" * 256,
     "/".join(["d"] * 65),
     ("y" * 200 + "/") * 6,
@@ -382,6 +384,19 @@ def test_normalisation_inside_the_root() -> None:
         normalize_path(b"a")
     with pytest.raises(PathError, match="absolute"):
         normalize_path("/a")
+
+
+@pytest.mark.parametrize("character", ["\x80", "\x85", "\x9f", "\u2028", "\u2029"])
+def test_c1_controls_and_line_separators_are_refused_like_other_controls(
+    character: str,
+) -> None:
+    """C1 controls (U+0080 to U+009F: U+0085 is NEXT LINE) and the line and paragraph
+    separators end a line in many readers, as a newline does: a path is refused with the
+    control-character error, naming the character. They were accepted before (only C0 and DEL
+    were refused)."""
+    with pytest.raises(PathError, match=f"control character U\\+{ord(character):04X}"):
+        normalize_path(f"notes/a{character}b.txt")
+    assert normalize_path("notes/\xa0\u2027\u202f.txt") == "notes/\xa0\u2027\u202f.txt"
 
 
 async def test_limits_are_enforced_with_errors_that_name_them(world: World) -> None:
@@ -789,6 +804,24 @@ async def test_imports_refuse_archives_larger_than_the_limits(world: World, tmp_
     with pytest.raises(InvalidArgumentError, match="not a tar"):
         await small.import_tar("s", b"not a tar at all")
     assert await small.tree("s") == FileTree()
+
+
+async def test_a_repeated_tar_member_counts_once_against_the_limits(world: World) -> None:
+    """A tar may hold a path twice (``tar rf`` appends a newer copy); the later member
+    replaces the earlier, as extracting does, and only what is kept counts against the
+    limits. The earlier copy was counted too: an archive whose kept files fit was refused
+    with max_total_bytes (and, with another file between, max_entries)."""
+    small = Workspace(world, limits=WorkspaceLimits(max_total_bytes=10, max_entries=2))
+    first, other, later = _member("a.txt"), _member("b.txt"), _member("a.txt")
+    first.mode = 0o600
+    archive = _tar((first, b"old-a"), (other, b"b"), (later, b"new-a"))
+    tree = await small.import_tar("s", archive)
+    assert sorted(tree.files) == ["a.txt", "b.txt"]
+    assert await small.read_text("s", "a.txt") == "new-a"
+    assert (await small.stat("s", "a.txt")).mode == 0o644  # the later member's mode
+    too_big = _tar((first, b"old-a"), (later, b"new-a-and-more"))
+    with pytest.raises(WorkspaceLimitError, match="max_total_bytes"):
+        await small.import_tar("s", too_big)
 
 
 async def test_a_cold_snapshot_reads_every_file_once(

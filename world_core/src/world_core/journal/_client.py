@@ -25,6 +25,7 @@ from world_core.journal._journal import (
     DEFAULT_QUEUE,
     canonical_json,
     check_blob_threshold,
+    check_new_turn_id,
     check_turn_id,
     digest_of,
     load_value,
@@ -66,6 +67,7 @@ __all__ = [
     "WAIT_RECHECK",
     "Client",
     "TurnStatus",
+    "resubmitted_turn_id",
     "turn_message",
     "turn_queue_key",
 ]
@@ -139,6 +141,15 @@ def turn_queue_key(
     return "turn-sha256/" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def resubmitted_turn_id(turn_id: str) -> str:
+    """The id :meth:`Client.resubmit` gives the new turn of ``turn_id`` by default:
+    ``resubmit-`` and the first 32 hex digits of a sha-256 of ``turn_id``. The same for every
+    resubmission of a turn, and another for each turn, the new one included."""
+    check_turn_id(turn_id)
+    seed = b"resubmit\x00" + turn_id.encode("utf-8")
+    return "resubmit-" + hashlib.sha256(seed).hexdigest()[:32]
+
+
 class Client:
     """Submit turns, wait for and read their replies or failures. Nothing here runs the turn:
     a :class:`~world_core.Worker` does, so a caller that goes away (a closed tab) stops nothing.
@@ -189,10 +200,11 @@ class Client:
 
         Raises:
             InvalidArgumentError: ``turn_id`` was already used with a different message, a
-                message that is not a str, or bad ids (nothing is written).
+                message that is not a str, or bad ids, a ``turn_id`` holding a control
+                character among them (nothing is written).
         """
         session_log_id(session_id)
-        turn = check_turn_id(turn_id if turn_id is not None else uuid.uuid4().hex)
+        turn = check_new_turn_id(turn_id if turn_id is not None else uuid.uuid4().hex)
         if not isinstance(message, str):
             raise InvalidArgumentError(f"message must be a str, got {type(message).__name__}")
         digest = hashlib.sha256(canonical_json(message)).hexdigest()
@@ -239,14 +251,38 @@ class Client:
             await self._world.queue.enqueue(self._queue, payload, dedup_key=dedup)
         return turn
 
-    async def resubmit(self, session_id: str, turn_id: str) -> str:
+    async def resubmit(
+        self, session_id: str, turn_id: str, *, new_turn_id: str | None = None
+    ) -> str:
         """Submit a finished or failed turn's message again, as a new turn; its id.
+
+        Idempotent, like :meth:`submit`: the new turn's id is ``new_turn_id``, by default
+        :func:`resubmitted_turn_id` of ``turn_id`` (a digest of it), so resubmitting the same
+        turn again (a retry after a timeout, a double click) returns the same new turn and
+        queues it only if it has not run: the turn runs, and its model is paid, once. To try
+        again after the new turn failed too, resubmit the new turn (its own digest names a
+        newer one), or pass another ``new_turn_id``.
+
+        The new turn is a plain turn of the session: a child run's turn (see
+        :meth:`Journal.start_child <world_core.Journal.start_child>`) resubmitted tells its
+        parent nothing when it ends, since the parent was told the first run's end and
+        :meth:`Journal.wait_child <world_core.Journal.wait_child>` reads the child's turn
+        ``run`` only.
 
         Raises:
             NotFoundError: the turn was never submitted.
-            InvalidArgumentError: the turn has not ended (queued, running, waiting), or bad
-                ids (nothing is written).
+            InvalidArgumentError: the turn has not ended (queued, running, waiting), bad ids,
+                or ``new_turn_id`` was already used with another message (nothing is
+                written).
         """
+        new = check_new_turn_id(
+            resubmitted_turn_id(turn_id) if new_turn_id is None else new_turn_id
+        )
+        if new == turn_id:
+            raise InvalidArgumentError(
+                f"new_turn_id {new!r} is the resubmitted turn's own id; give the new turn "
+                "another id (or leave new_turn_id out)"
+            )
         status = await self.status(session_id, turn_id)
         if status not in ("done", "failed", "unknown"):
             raise InvalidArgumentError(
@@ -263,7 +299,7 @@ class Client:
             if "message" in body
             else await load_value(self._blobs(session_id), body)
         )
-        return await self.submit(session_id, str(message))
+        return await self.submit(session_id, str(message), turn_id=new)
 
     async def status(self, session_id: str, turn_id: str) -> TurnStatus:
         """Where the turn is: see :data:`TurnStatus` (a few keyed reads, no log scan)."""

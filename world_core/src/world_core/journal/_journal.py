@@ -107,6 +107,7 @@ import json
 import logging
 import math
 import random as _random
+import re
 import time
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -185,6 +186,7 @@ __all__ = [
     "PastTurn",
     "canonical_json",
     "check_blob_threshold",
+    "check_new_turn_id",
     "check_turn_id",
     "digest_of",
     "load_value",
@@ -301,6 +303,9 @@ def digest_of(value: object) -> str:
 def check_turn_id(turn_id: str) -> str:
     """A turn id: a valid identifier without ``/``, at most :data:`MAX_TURN_ID_BYTES` bytes.
 
+    A new turn's id is held to more (:func:`check_new_turn_id`); this is what every turn
+    already stored is read by, so turns submitted before that rule stay readable.
+
     Raises:
         InvalidArgumentError: anything else (so every key of the turn fits before any call).
     """
@@ -309,6 +314,28 @@ def check_turn_id(turn_id: str) -> str:
         raise InvalidArgumentError(
             f"turn_id {turn_id[:80]!r} must not contain '/' and must be at most "
             f"{MAX_TURN_ID_BYTES} UTF-8 bytes, so every key of the turn fits; use a shorter id"
+        )
+    return turn_id
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_new_turn_id(turn_id: str) -> str:
+    """The id of a turn being submitted: :func:`check_turn_id`, and no control character
+    (C0, DEL, C1, and the line and paragraph separators U+2028 and U+2029: a newline in an
+    id would break the lines of a trace and the keys' readability).
+
+    Raises:
+        InvalidArgumentError: anything else.
+    """
+    check_turn_id(turn_id)
+    control = _CONTROL.search(turn_id)
+    if control:
+        raise InvalidArgumentError(
+            f"turn_id {turn_id[:80]!r} contains the control character "
+            f"U+{ord(control.group()):04X}; a turn id is printable text (letters, digits, "
+            "'-', '_', '.' ...)"
         )
     return turn_id
 

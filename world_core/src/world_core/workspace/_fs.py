@@ -1404,7 +1404,8 @@ class Workspace:
         expected_version: int | None = None,
     ) -> FileTree:
         """Replace the tree with a tar's content (plain or gzip/bz2/xz compressed), as one
-        change set; returns the new tree.
+        change set; returns the new tree. A path the tar holds twice gets its later member
+        (as extracting does), and only that one counts against the limits.
 
         Raises:
             PathError: a member that is a link, a device, a FIFO, or whose name is absolute,
@@ -1502,10 +1503,13 @@ def _read_tar(raw: bytes, limits: WorkspaceLimits) -> Snapshot:
                 continue
             if member.size > limits.max_file_bytes:
                 raise limits.refuse("max_file_bytes", member.size, f"tar member {name!r}")
-            total += member.size
+            # A later member of a path replaces the earlier one (as extracting does): what
+            # counts against the limits is what is kept.
+            replaced = files.get(path)
+            total += member.size - (0 if replaced is None else len(replaced))
             if total > limits.max_total_bytes:
                 raise limits.refuse("max_total_bytes", total, "the tar's files")
-            if len(files) + len(dirs) >= limits.max_entries:
+            if replaced is None and len(files) + len(dirs) >= limits.max_entries:
                 raise limits.refuse("max_entries", len(files) + len(dirs) + 1, "the tar")
             handle = archive.extractfile(member)
             if handle is None:
@@ -1514,6 +1518,8 @@ def _read_tar(raw: bytes, limits: WorkspaceLimits) -> Snapshot:
             mode = member.mode & 0o777
             if mode != DEFAULT_FILE_MODE:
                 modes[path] = mode
+            else:
+                modes.pop(path, None)
     return Snapshot(files, frozenset(dirs), modes)
 
 

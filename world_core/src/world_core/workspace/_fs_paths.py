@@ -4,9 +4,11 @@ A path is relative to the workspace's root, ``/``-separated, UTF-8. It is normal
 lexically (there are no links in a workspace, so lexical is exact): ``.`` and empty parts are
 dropped, ``a/../b`` is ``b``. Refused, with :class:`~world_core.errors.PathError` naming the
 rule: a path that is not a ``str``, an absolute path, ``..`` climbing above the root, a
-backslash, NUL or another control character, text that is not valid UTF-8 (a lone
-surrogate), a part over 255 bytes, a path over 1024 bytes or 64 levels deep. The root itself
-is ``""`` (given as ``""``, ``.`` or ``./``).
+backslash, NUL or another control character (C0 ``\\x00``-``\\x1f``, DEL, C1
+``\\x80``-``\\x9f``, and the line and paragraph separators U+2028 and U+2029, which end a
+line in many readers), text that is not valid UTF-8 (a lone surrogate), a part over 255
+bytes, a path over 1024 bytes or 64 levels deep. The root itself is ``""`` (given as ``""``,
+``.`` or ``./``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ MAX_PATH_BYTES = 1024
 MAX_DEPTH = 64
 """The most parts a path may have."""
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def normalize_path(path: object, *, what: str = "path") -> str:
@@ -59,10 +61,12 @@ def normalize_path(path: object, *, what: str = "path") -> str:
         )
     if "\x00" in path:
         raise PathError(f"{what} {path!r} contains NUL; remove it", path=path)
-    if _CONTROL.search(path):
+    control = _CONTROL.search(path)
+    if control:
         raise PathError(
-            f"{what} {path!r} contains a control character (newline, tab ...); workspace "
-            "names are printable text",
+            f"{what} {path!r} contains the control character U+{ord(control.group()):04X} "
+            "(control characters, such as newline, tab, U+0085 or U+2028, are refused); "
+            "workspace names are printable text",
             path=path,
         )
     if "\\" in path:
