@@ -273,3 +273,15 @@ def test_bad_arguments_are_refused() -> None:
         bash_tool(shell=object())  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="tool name"):
         bash_tool(name="no spaces")
+
+
+def test_the_tool_description_is_kept_word_for_word() -> None:
+    """The description is part of every model request of a turn that offers the tool: a
+    changed one makes each turn in flight during an upgrade a NonDeterminismError on resume.
+    Change it only with a new tool name (or behind ``Journal.patched``), then update this."""
+    import hashlib
+
+    from world_core.workspace import SHELL_TOOL_DESCRIPTION
+
+    digest = hashlib.sha256(SHELL_TOOL_DESCRIPTION.encode()).hexdigest()
+    assert digest == "0a4236a9d04e1d983cd2ebfec8ec2310f803adc15dcb8cecbe9aef0bc3518375"

@@ -31,10 +31,13 @@ SHELL_TOOL_DESCRIPTION = (
     "functions and the usual commands work (cat ls mkdir rm mv cp touch find grep sed awk sort "
     "uniq wc head tail cut tr diff xargs echo printf tee jq ...). File changes under "
     "/workspace are kept; there is no network, no host file and no other program. A script "
-    "stopped by a limit (time, output, loops, or output the interpreter cut short) exits with "
-    "124 and changes no file. Symbolic links are not saved (stderr names them): copy instead."
+    "stopped by a limit (time, output, loops) exits with 124 and changes no file."
 )
-"""What the model reads about the tool."""
+"""What the model reads about the tool. Part of every model request of a turn that offers the
+tool, so it is kept word for word across releases: a turn in flight during an upgrade would
+otherwise find its recorded requests changed on resume (a NonDeterminismError). What the
+model must know beyond it comes in the call's ``stderr``: the limit a stopped script hit
+(``engine`` included: output the interpreter cut short) and the links it made, not saved."""
 
 
 def bash_tool(
