@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 if TYPE_CHECKING:
-    from world_core import Lease, World
+    from world_core import Lease, Worker, World
 
 __all__ = [
     "WAIT",
@@ -26,6 +26,7 @@ __all__ = [
     "eventually",
     "fresh_namespace",
     "refusal_at_call",
+    "run_until_done",
     "take",
     "within",
 ]
@@ -205,3 +206,20 @@ async def eventually(
             await anyio.sleep(pause)
             pause = min(pause * 1.5, 0.25)
     raise AssertionError(f"{what}: not seen within {bound} s")
+
+
+async def run_until_done(
+    worker: Worker, turns: set[tuple[str, str]], *, within: float = WAIT * 3
+) -> None:
+    """Run ``worker``'s messages until each (session, turn) of ``turns`` is done; fails when
+    no message comes for the ones left (one was deduplicated away, or never queued)."""
+    waiting = set(turns)
+    with anyio.fail_after(within):
+        while waiting:
+            found = await worker.run_once(wait=WAIT / 2)
+            assert found is not None, (
+                f"no message came for {sorted(waiting)}: a message of theirs was lost (another "
+                "message with the same deduplication key, or none queued)"
+            )
+            if found.status == "done":
+                waiting.discard((found.session_id, found.turn_id))

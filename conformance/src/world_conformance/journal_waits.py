@@ -18,7 +18,7 @@ import pytest
 
 from world_conformance._base import ContractBase
 from world_conformance._process import _spawn
-from world_conformance._support import WAIT
+from world_conformance._support import WAIT, run_until_done
 from world_conformance._target import WorldTarget
 from world_core import (
     Agent,
@@ -126,24 +126,6 @@ async def _until_done(
             statuses.append(result.status)
             if result.status in ("done", "failed"):
                 return statuses
-
-
-async def _until_all_done(
-    world: World, agent: Agent, turns: set[tuple[str, str]], *, within: float = WAIT * 3
-) -> None:
-    """Run messages until each (session, turn) of ``turns`` is done; fails when no message
-    comes for the ones left."""
-    worker = _worker(world, agent)
-    waiting = set(turns)
-    with anyio.fail_after(within):
-        while waiting:
-            found = await worker.run_once(wait=WAIT / 2)
-            assert found is not None, (
-                f"no message came for {sorted(waiting)}: a message of theirs was deduplicated "
-                "away by another session's message with the same key"
-            )
-            if found.status == "done":
-                waiting.discard((found.session_id, found.turn_id))
 
 
 async def _events(world: World, session: str, what: str) -> list[dict[str, Any]]:
@@ -258,7 +240,7 @@ class JournalTimerContract(ContractBase):
                 # (by a worker of the claim's lease, from which it tells the store's time)
                 holder = Worker(world, agent, queue=QUEUE, lease=WAIT * 3, crash=None)
                 assert _status(await holder.process(held[0])) == "suspended"
-        await _until_all_done(world, agent, {("a", "t"), ("a/t", "wake-1")})
+        await run_until_done(_worker(world, agent), {("a", "t"), ("a/t", "wake-1")})
         assert await client.reply("a", "t") is not None
         assert await client.reply("a/t", "wake-1") is not None
 
@@ -408,7 +390,7 @@ class JournalSignalContract(ContractBase):
             await client.signal("a", "go", "one", sender="bob")
             await client.submit("a/t", "other", turn_id="signal-0")
             await client.signal("a/t", "go", "two", sender="ann")  # kept for its wait
-        await _until_all_done(world, agent, {("a", "t"), ("a/t", "signal-0")})
+        await run_until_done(_worker(world, agent), {("a", "t"), ("a/t", "signal-0")})
         assert await client.reply("a", "t") == "one from bob"
         assert await client.reply("a/t", "signal-0") == "two from ann"
 
