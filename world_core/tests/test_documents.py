@@ -208,6 +208,28 @@ async def test_concurrent_app_updates_lose_nothing(world: World) -> None:
     assert sorted(todo.items) == [f"i{index}" for index in range(8)]
 
 
+async def test_contended_app_updates_succeed_with_the_default_attempts(world: World) -> None:
+    # Eight writers adding to one document at once, ten times each: conflicted writers that
+    # read again at once conflicted again together, and an update gave up after its 10 tries.
+    docs = Documents(world)
+
+    def adding(item: str) -> Callable[[Todo | None], Todo]:
+        return lambda todo: Todo(items=[*(todo or Todo()).items, item])
+
+    async def add(writer: int) -> None:
+        for index in range(10):
+            await docs.update("s", "todo", Todo, adding(f"w{writer}-{index}"))
+
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as group:
+            for writer in range(8):
+                group.start_soon(add, writer)
+    version, todo = await docs.read("s", "todo", Todo)
+    assert version == 80
+    assert todo is not None
+    assert len(set(todo.items)) == 80
+
+
 async def test_documents_refuse_bad_input_before_writing(world: World) -> None:
     docs = Documents(world)
     with pytest.raises(InvalidArgumentError, match="expected_version"):

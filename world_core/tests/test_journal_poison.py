@@ -27,6 +27,7 @@ from world_core import (
     ModelReply,
     ModelRequest,
     ScriptedModel,
+    SimulatedCrash,
     ToolCall,
     ToolContext,
     Worker,
@@ -138,6 +139,41 @@ async def test_a_crash_loop_is_recorded_on_the_last_delivery(world: World) -> No
     assert caught.value.error_type == "TurnCrashLoopError"
     assert caught.value.attempts == 3
     assert await world.queue.dead_letters("loop") == []
+
+
+async def test_a_crash_loop_names_the_step_its_runs_died_in(world: World) -> None:
+    """The first run recorded step 0 and died in step 1; so did the next: the failure the
+    last delivery records names step 1, not step 0 (which finished)."""
+
+    class DiesAfterItsFirstStep(Agent):
+        async def run_turn(self, journal: Journal) -> str:
+            await journal.model(self.model, ModelRequest(messages=[]))
+            raise SimulatedCrash("killed in step 1")
+
+    client = Client(world, queue="loop")
+    turn = await client.submit("s", "go")
+    for lease in await world.queue.claim("loop", "w", lease=60, limit=10):
+        await world.queue.ack(lease)
+    await world.queue.enqueue("loop", turn_message("s", turn), max_attempts=3)
+    model = ScriptedModel(lambda request: ModelReply(content="paid once"))
+    dying = Worker(world, DiesAfterItsFirstStep(model=model), queue="loop", lease=1, crash=None)
+    with anyio.fail_after(WAIT):
+        try:
+            await dying.run_once(wait=WAIT)
+        except* SimulatedCrash:
+            pass
+        (lease,) = await world.queue.claim("loop", "dead", lease=60, wait=WAIT)
+        await world.queue.release(lease)
+        result = await Worker(world, Agent(model=model), queue="loop", crash=None).run_once(
+            wait=WAIT
+        )
+    assert result is not None
+    assert result.status == "failed"
+    assert len(model.calls) == 1
+    with pytest.raises(TurnFailedError) as caught:
+        await client.wait("s", turn, timeout=WAIT)
+    assert caught.value.error_type == "TurnCrashLoopError"
+    assert caught.value.step == 1
 
 
 class Score(BaseModel):

@@ -291,6 +291,27 @@ async def test_world_approvals_approve_and_reject_as_commands(
     assert "no approval pending" in nothing.stdout
 
 
+async def test_a_decision_repeated_after_the_turn_ended_counts_once(
+    world: World, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    client = Client(world)
+    turn = await client.submit("s", "refund me")
+    first = await Worker(world, _refund_agent(runs), lease=2, crash=None).run_once(wait=WAIT)
+    assert first is not None
+    assert first.status == "suspended"
+    await client.approve("s", turn, 1, by="alice")
+    assert await _finish(world, _refund_agent(runs)) == ["done"]
+    # A double tap that lands once the turn went on to its end: the same decision, counted
+    # once (as while the turn waited), whoever repeats it and whatever reason they give.
+    await client.approve("s", turn, 1, by="alice")
+    await client.approve("s", turn, 1, by="bob", reason="looks fine")
+    with pytest.raises(InvalidArgumentError, match="already approved by 'alice'"):
+        await client.reject("s", turn, 1, by="carol")
+    assert runs.read_text() == "30\n"
+    assert await client.reply("s", turn) == "done: refunded 30"
+
+
 async def test_world_signal_as_a_command(world: World, folder: str) -> None:
     client = Client(world)
     turn = await client.submit("s", "wait")

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from world_core import Client, Journal, Worker, open_world
+from world_core import Client, Journal, SimulatedCrash, Worker, open_world
 from world_core.observe import build_trace, trace_session
 
 
@@ -114,3 +114,49 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv("NO_COLOR", "1")
         assert _colour_wanted(terminal) is False
     os.close(leader)
+
+
+class _DiesAfterItsWakeUp:
+    """Sleeps a moment; the run its wake-up starts dies right after the timer's outcome, once."""
+
+    def __init__(self) -> None:
+        self.died = False
+
+    async def run_turn(self, journal: Journal) -> str:
+        await journal.sleep(0.2)
+        if not self.died:
+            self.died = True
+            raise SimulatedCrash("the worker dies after recording the timer's outcome")
+        return await journal.finish("woke")
+
+
+@pytest.mark.anyio
+async def test_a_run_that_dies_after_resuming_a_wait_is_a_stop_not_a_suspension(
+    tmp_path: Path,
+) -> None:
+    from world_core._cli_observe import format_trace
+
+    async with open_world("local", url=str(tmp_path), namespace="waits") as world:
+        client = Client(world, queue="waits")
+        await client.submit("w", "wait please", turn_id="t1")
+        agent = _DiesAfterItsWakeUp()
+        worker = Worker(world, agent, queue="waits", lease=1.0, name="w1", crash=None)
+        with anyio.fail_after(60):
+            while not agent.died:
+                try:
+                    await worker.run_once(wait=5)
+                except* SimulatedCrash:
+                    pass  # the run dies: its message is delivered again after its lease
+            while await client.reply("w", "t1") is None:
+                await worker.run_once(wait=5)
+        trace = await trace_session(world, "w")
+    (turn,) = trace.turns
+    # Run 1 suspended the turn in the timer; run 2 (the wake-up) recorded the timer's outcome
+    # and died; run 3 (the wake-up's redelivery) finished it.
+    assert [r.ended for r in turn.runs] == ["suspended", "stopped", "finished"]
+    assert [(s.reason, s.step, s.at_step) for s in turn.stops] == [
+        ("suspended", 0, "wait"),
+        ("stopped", 0, "after_outcome"),
+    ]
+    text = format_trace(trace)
+    assert text.count("SUSPENDED") == 1, text

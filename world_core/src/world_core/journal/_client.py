@@ -709,14 +709,22 @@ class Client:
                 f"no approval waits at step {step} of turn {turn_id!r} of session "
                 f"{session_id!r}; list them with pending_approvals (world approvals)"
             )
+        # A decision recorded already: a repeat of it counts once (a double tap), also when
+        # it lands after the turn went on past the approval (its deadline, its end).
+        decided = _decode(await get(log_id, f"signal/{signal_id}"))
+        if decided:
+            _check_same_decision(decided, approved, turn_id, step)
         for end in ("reply", "failure"):
             if await get(log_id, f"turn/{turn_id}/{end}") is not None:
+                if decided:
+                    await self._check_not_over(log_id, turn_id, step, signal_id)
+                    return
                 raise InvalidArgumentError(
                     f"turn {turn_id!r} of session {session_id!r} is over (it has a {end}); a "
                     "decision on its approval would change nothing"
                 )
         await self._check_not_over(log_id, turn_id, step, signal_id)
-        if time.time() > float(body.get("deadline") or 0.0) + CLOCK_MARGIN:
+        if not decided and time.time() > float(body.get("deadline") or 0.0) + CLOCK_MARGIN:
             raise InvalidArgumentError(
                 f"the approval at step {step} of turn {turn_id!r} timed out: nobody decided in "
                 "time, so the call does not run; a decision now would change nothing"
@@ -730,14 +738,11 @@ class Client:
             existing = _decode(await get(log_id, f"signal/{signal_id}"))
             if not existing:
                 raise
+        else:
+            existing = {}
+        if existing:
+            _check_same_decision(existing, approved, turn_id, step)
             sent = existing.get("payload")
-            decided = isinstance(sent, dict) and sent.get("approved") is True
-            if decided != approved:
-                was = "approved" if decided else "rejected"
-                raise InvalidArgumentError(
-                    f"the call at step {step} of turn {turn_id!r} was already {was} by "
-                    f"{existing.get('sender')!r}; a decision is final"
-                ) from None
             # The same decision with another reason (or sender): the first one stands. Sent
             # again as recorded, so that it counts once and still wakes a turn whose first
             # wake-up was lost.
@@ -874,3 +879,15 @@ async def _queue_wake_ups(
         )
         woken.append(turn)
     return woken
+
+
+def _check_same_decision(existing: dict[str, Any], approved: bool, turn_id: str, step: int) -> None:
+    """Refuse a decision other than the one recorded (``existing``, the approval's signal)."""
+    sent = existing.get("payload")
+    decided = isinstance(sent, dict) and sent.get("approved") is True
+    if decided != approved:
+        was = "approved" if decided else "rejected"
+        raise InvalidArgumentError(
+            f"the call at step {step} of turn {turn_id!r} was already {was} by "
+            f"{existing.get('sender')!r}; a decision is final"
+        )

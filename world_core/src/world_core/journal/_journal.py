@@ -1323,9 +1323,12 @@ class Journal:
         self._turn.reply = reply
         return reply
 
-    async def fail(self, error: BaseException | str, *, attempts: int = 1) -> bool:
+    async def fail(
+        self, error: BaseException | str, *, attempts: int = 1, step: int | None = None
+    ) -> bool:
         """Record that the turn cannot finish: the error's class and message, the attempts it
-        had and the step it stopped at. Clients waiting on the turn are told.
+        had and the step it stopped at (``step``, else where this Journal's run got to).
+        Clients waiting on the turn are told.
 
         Works on a Journal that stopped after a failed append. Writes nothing when the turn
         already has a reply or a failure. Returns True if this call recorded it.
@@ -1344,6 +1347,8 @@ class Journal:
         }
         if self._raised is not None and self._raised[0] is error:
             record["step"] = self._raised[1]  # the step whose recorded outcome is this error
+        if step is not None:
+            record["step"] = step
         try:
             await self._write([self._event("failure", record), *self._checkpoint()])
         except DuplicateKeyError as exc:

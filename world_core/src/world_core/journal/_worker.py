@@ -688,8 +688,15 @@ class Worker:
             if isinstance(error, TurnIncompleteError | TurnCrashLoopError):
                 final = True
             if final:
+                # A crash loop is recorded before the code runs: it stopped at the first step
+                # its earlier runs left without an outcome, not at step 0.
+                stopped = (
+                    journal.recorded_steps
+                    if journal is not None and isinstance(error, TurnCrashLoopError)
+                    else None
+                )
                 recorded = await self._record_failure(
-                    session_id, turn_id, journal, error, lease.attempt
+                    session_id, turn_id, journal, error, lease.attempt, stopped
                 )
                 if recorded and await self._hand_on(current, session_id, turn_id, agent, journal):
                     log.error("turn %s/%s failed: %s", session_id, turn_id, _describe(error))
@@ -829,6 +836,7 @@ class Worker:
         journal: Journal | None,
         error: BaseException,
         attempts: int,
+        step: int | None = None,
     ) -> bool:
         """Write the turn's failure record; False if the World would not take it now (then
         the message is released and the next attempt tries again)."""
@@ -836,7 +844,7 @@ class Worker:
             try:
                 if journal is None:
                     journal = await Journal.open(self.world, session_id, turn_id)
-                await journal.fail(error, attempts=attempts)
+                await journal.fail(error, attempts=attempts, step=step)
             except (BackendUnavailableError, DuplicateKeyError) as exc:
                 log.warning(
                     "turn %s/%s: recording its failure failed: %s", session_id, turn_id, exc

@@ -388,12 +388,7 @@ def _session_status(turns: list[TurnTrace]) -> TurnStatus | Literal["empty"]:
 def _note_run(entry: _TurnEvents, body: dict[str, Any], seq: int, step: int | None) -> None:
     info = body.get("run")
     info = info if isinstance(info, dict) else {}
-    message = info.get("message")
-    attempt = info.get("attempt")
-    key: _Key = (
-        str(message) if message is not None else None,
-        attempt if isinstance(attempt, int) else None,
-    )
+    key = _run_key(body)
     run = entry.runs.get(key)
     if run is None:
         worker = info.get("worker")
@@ -409,15 +404,19 @@ def _note_run(entry: _TurnEvents, body: dict[str, Any], seq: int, step: int | No
     run.events.append(body)
 
 
-def _run_of(body: dict[str, Any] | None, index: dict[_Key, int]) -> int | None:
+def _run_key(body: dict[str, Any] | None) -> _Key:
+    """The run an event of the turn was written by: its message and delivery."""
     info = (body or {}).get("run")
     info = info if isinstance(info, dict) else {}
     message, attempt = info.get("message"), info.get("attempt")
-    key: _Key = (
+    return (
         str(message) if message is not None else None,
         attempt if isinstance(attempt, int) else None,
     )
-    return index.get(key)
+
+
+def _run_of(body: dict[str, Any] | None, index: dict[_Key, int]) -> int | None:
+    return index.get(_run_key(body))
 
 
 def _turn_trace(session: str, entry: _TurnEvents, content: bool) -> TurnTrace:
@@ -578,11 +577,16 @@ _TURN_EVENTS = ("input", "intent", "outcome", "reply", "failure")
 
 
 def _is_wait_intent(entry: _TurnEvents, step: int, run: _Run) -> bool:
+    """Whether ``run`` left the turn waiting at ``step``: it wrote the wait's intent and not
+    its outcome. A run that only wrote the outcome (a wake-up) resumed the wait; if its events
+    end there, it stopped after that step (a crash), it did not suspend."""
     intent = entry.intents.get(step)
     if intent is None or intent.get("kind") not in _WAIT_KINDS:
         return False
+    if _run_key(intent) != run.key:
+        return False
     outcome = entry.outcomes.get(step)
-    return outcome is None or outcome.get("run") != intent.get("run")
+    return outcome is None or _run_key(outcome) != run.key
 
 
 def _step_trace(

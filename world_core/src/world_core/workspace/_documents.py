@@ -696,8 +696,9 @@ class Documents:
     ) -> tuple[int, M]:
         """Read the document, compute ``fn(value)`` (value is None if never written) and save
         it if the document did not change meanwhile; on a conflict, read and apply ``fn``
-        again (so ``fn`` must depend only on its argument). Returns the saved version and
-        value.
+        again (so ``fn`` must depend only on its argument), after a random pause that grows
+        with each try (writers that conflicted together would conflict again). Returns the
+        saved version and value.
 
         Raises:
             DocumentConflictError: it still conflicted after ``attempts`` tries.
@@ -707,7 +708,11 @@ class Documents:
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise InvalidArgumentError(f"attempts must be an int >= 1, got {attempts!r}")
         last: DocumentConflictError | None = None
-        for _ in range(attempts):
+        for attempt in range(attempts):
+            if attempt:
+                # Writers that conflicted read again at once and conflict again together:
+                # a random pause, growing with each try, spreads them out.
+                await anyio.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
             version, value = await self.read(session_id, name, model)
             new = fn(value)
             if not isinstance(new, model):
