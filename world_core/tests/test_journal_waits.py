@@ -249,6 +249,16 @@ def _refund_agent(runs: Path) -> Agent:
     )
 
 
+async def _waiting_for_approval(world: World, runs: Path) -> tuple[Client, str]:
+    """A client and its turn, suspended at the refund's approval (step 1)."""
+    client = Client(world)
+    turn = await client.submit("s", "refund me")
+    first = await Worker(world, _refund_agent(runs), lease=2, crash=None).run_once(wait=WAIT)
+    assert first is not None
+    assert first.status == "suspended"
+    return client, turn
+
+
 def _world_cli(folder: str, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "world_core._cli", *args]
     command += ["--world", "local", "--url", folder, "--namespace", NAMESPACE]
@@ -260,11 +270,7 @@ async def test_world_approvals_approve_and_reject_as_commands(
     world: World, folder: str, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
-    client = Client(world)
-    turn = await client.submit("s", "refund me")
-    first = await Worker(world, _refund_agent(runs), lease=2, crash=None).run_once(wait=WAIT)
-    assert first is not None
-    assert first.status == "suspended"
+    client, turn = await _waiting_for_approval(world, runs)
     listed = await anyio.to_thread.run_sync(_world_cli, folder, "approvals", "s")
     assert listed.returncode == 0, listed.stderr
     assert f"turn {turn} step 1: refund" in listed.stdout
@@ -295,11 +301,7 @@ async def test_a_decision_repeated_after_the_turn_ended_counts_once(
     world: World, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
-    client = Client(world)
-    turn = await client.submit("s", "refund me")
-    first = await Worker(world, _refund_agent(runs), lease=2, crash=None).run_once(wait=WAIT)
-    assert first is not None
-    assert first.status == "suspended"
+    client, turn = await _waiting_for_approval(world, runs)
     await client.approve("s", turn, 1, by="alice")
     assert await _finish(world, _refund_agent(runs)) == ["done"]
     # A double tap that lands once the turn went on to its end: the same decision, counted
