@@ -93,6 +93,7 @@ __all__ = [
     "StreamInfo",
     "World",
     "WorldFactory",
+    "control_character",
     "list_cursor",
     "prefix_end",
     "validate_append",
@@ -378,6 +379,17 @@ class Capabilities(_Record):
 # --------------------------------------------------------------------------------------------
 # Validation shared by every backend: call these first, before any I/O.
 # --------------------------------------------------------------------------------------------
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text``, or None: C0 (``\\x00``-``\\x1f``), DEL, C1
+    (``\\x80``-``\\x9f``) and the line and paragraph separators U+2028 and U+2029, which end
+    a line in many readers. What names meant for people (paths, turn ids) must not hold."""
+    found = _CONTROL.search(text)
+    return None if found is None else found.group()
 
 
 def validate_id(value: object, what: str = "identifier") -> str:

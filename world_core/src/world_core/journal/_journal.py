@@ -107,7 +107,6 @@ import json
 import logging
 import math
 import random as _random
-import re
 import time
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -172,7 +171,7 @@ from world_core.journal._waits import (
     check_signal_name,
     child_signal,
 )
-from world_core.spi import MAX_ID_BYTES, Event, NewEvent, World, validate_id
+from world_core.spi import MAX_ID_BYTES, Event, NewEvent, World, control_character, validate_id
 
 __all__ = [
     "CLOCK_MARGIN",
@@ -318,9 +317,6 @@ def check_turn_id(turn_id: str) -> str:
     return turn_id
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
 def check_new_turn_id(turn_id: str) -> str:
     """The id of a turn being submitted: :func:`check_turn_id`, and no control character
     (C0, DEL, C1, and the line and paragraph separators U+2028 and U+2029: a newline in an
@@ -330,11 +326,11 @@ def check_new_turn_id(turn_id: str) -> str:
         InvalidArgumentError: anything else.
     """
     check_turn_id(turn_id)
-    control = _CONTROL.search(turn_id)
-    if control:
+    control = control_character(turn_id)
+    if control is not None:
         raise InvalidArgumentError(
             f"turn_id {turn_id[:80]!r} contains the control character "
-            f"U+{ord(control.group()):04X}; a turn id is printable text (letters, digits, "
+            f"U+{ord(control):04X}; a turn id is printable text (letters, digits, "
             "'-', '_', '.' ...)"
         )
     return turn_id

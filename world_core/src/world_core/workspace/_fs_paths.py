@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from world_core.errors import InvalidArgumentError, PathError, WorkspaceLimitError
+from world_core.spi import control_character
 
 __all__ = [
     "MAX_DEPTH",
@@ -36,8 +37,6 @@ MAX_PATH_BYTES = 1024
 
 MAX_DEPTH = 64
 """The most parts a path may have."""
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def normalize_path(path: object, *, what: str = "path") -> str:
@@ -61,10 +60,10 @@ def normalize_path(path: object, *, what: str = "path") -> str:
         )
     if "\x00" in path:
         raise PathError(f"{what} {path!r} contains NUL; remove it", path=path)
-    control = _CONTROL.search(path)
-    if control:
+    control = control_character(path)
+    if control is not None:
         raise PathError(
-            f"{what} {path!r} contains the control character U+{ord(control.group()):04X} "
+            f"{what} {path!r} contains the control character U+{ord(control):04X} "
             "(control characters, such as newline, tab, U+0085 or U+2028, are refused); "
             "workspace names are printable text",
             path=path,
