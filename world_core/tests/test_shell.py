@@ -37,6 +37,7 @@ def anyio_backend() -> str:
 
 
 async def run(script: str, tree: Tree = START, **limits: float) -> ShellResult:
+    # why: ShellLimits' fields are ints and floats by name; **limits are all typed float
     return await default_shell().run(script, tree, ShellLimits(**limits))  # type: ignore[arg-type]
 
 
