@@ -230,6 +230,32 @@ async def test_contended_app_updates_succeed_with_the_default_attempts(world: Wo
     assert len(set(todo.items)) == 80
 
 
+async def test_writers_of_one_process_never_conflict(world: World) -> None:
+    # One try each: a writer of this process waits for the others instead of racing them,
+    # whether it holds this Documents or another on the same World, and whatever the
+    # document of the session it writes.
+    def adding(item: str) -> Callable[[Todo | None], Todo]:
+        return lambda todo: Todo(items=[*(todo or Todo()).items, item])
+
+    async def add(writer: int) -> None:
+        docs = Documents(world)
+        for index in range(5):
+            await docs.update(
+                "s", f"todo{writer % 2}", Todo, adding(f"{writer}-{index}"), attempts=1
+            )
+
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as group:
+            for writer in range(8):
+                group.start_soon(add, writer)
+    docs = Documents(world)
+    for name in ("todo0", "todo1"):
+        version, todo = await docs.read("s", name, Todo)
+        assert version == 20
+        assert todo is not None
+        assert len(set(todo.items)) == 20
+
+
 async def test_documents_refuse_bad_input_before_writing(world: World) -> None:
     docs = Documents(world)
     with pytest.raises(InvalidArgumentError, match="expected_version"):
