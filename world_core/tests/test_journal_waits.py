@@ -35,6 +35,8 @@ from world_core import (
     tool,
 )
 from world_core.errors import ConfigurationError, InvalidArgumentError, ToolError
+from world_core.journal import _client
+from world_core.journal._journal import CLOCK_MARGIN
 
 pytestmark = pytest.mark.anyio
 
@@ -310,6 +312,52 @@ async def test_a_decision_repeated_after_the_turn_ended_counts_once(
     await client.approve("s", turn, 1, by="bob", reason="looks fine")
     with pytest.raises(InvalidArgumentError, match="already approved by 'alice'"):
         await client.reject("s", turn, 1, by="carol")
+    assert runs.read_text() == "30\n"
+    assert await client.reply("s", turn) == "done: refunded 30"
+
+
+class _Clock:
+    """Stands for the ``time`` module of the client: ``time()`` gives ``readings`` in turn,
+    then the last one again."""
+
+    def __init__(self, *readings: float) -> None:
+        self._readings = list(readings)
+
+    def time(self) -> float:
+        return self._readings.pop(0) if len(self._readings) > 1 else self._readings[0]
+
+
+async def test_a_decision_at_the_cutoff_counts_as_the_client_said(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's clock decides whether a decision comes in time, once: a decision it lets
+    through at the last instant that counts (its clock read later is past it: the decision
+    took a moment to send) is recorded as sent then, and the worker runs the call; one it
+    refuses a moment later is not written at all. (The decision's ``sent_at`` was a second
+    reading: the caller was told "approved", and the worker voided it as sent too late.)"""
+    runs = tmp_path / "runs"
+    client, turn = await _waiting_for_approval(world, runs)
+    log_id = session_log_id("s")
+    intent = await world.log.get(log_id, f"turn/{turn}/step/1/intent")
+    assert intent is not None
+    cutoff = float(json.loads(intent.data)["deadline"]) + CLOCK_MARGIN
+    before = len(await world.log.read(log_id))
+    monkeypatch.setattr(_client, "time", _Clock(cutoff + 0.001))
+    with pytest.raises(InvalidArgumentError, match="timed out"):
+        await client.approve("s", turn, 1, by="late-alice")
+    assert len(await world.log.read(log_id)) == before, "a refused decision was written"
+    monkeypatch.setattr(_client, "time", _Clock(cutoff, cutoff + 0.5))
+    await client.approve("s", turn, 1, by="alice")
+    monkeypatch.undo()
+    (decision,) = [
+        json.loads(event.data)
+        for event in await world.log.read(log_id)
+        if (event.key or "").startswith("signal/")
+    ]
+    assert (decision["sender"], decision["sent_at"]) == ("alice", cutoff)
+    resumed = await Worker(world, _refund_agent(runs), lease=2, crash=None).run_once(wait=WAIT)
+    assert resumed is not None
+    assert resumed.status == "done", "the approval the client reported was voided"
     assert runs.read_text() == "30\n"
     assert await client.reply("s", turn) == "done: refunded 30"
 

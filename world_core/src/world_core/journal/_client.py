@@ -20,13 +20,13 @@ from world_core.errors import (
 )
 from world_core.journal._blobs import Blobs, session_blobs
 from world_core.journal._journal import (
-    CLOCK_MARGIN,
     DEFAULT_BLOB_THRESHOLD,
     DEFAULT_QUEUE,
     canonical_json,
     check_blob_threshold,
     check_new_turn_id,
     check_turn_id,
+    decided_too_late,
     digest_of,
     load_value,
     session_log_id,
@@ -530,8 +530,13 @@ class Client:
         sender: str,
         signal_id: str | None,
         turn_id: str | None,
+        sent_at: float | None = None,
     ) -> str:
-        """:meth:`signal` without the check of reserved names (the journal's own signals)."""
+        """:meth:`signal` without the check of reserved names (the journal's own signals).
+
+        ``sent_at``: the time recorded as the signal's sending (this process's clock); None
+        reads the clock. A decision on an approval passes the reading its deadline check
+        made (see :meth:`_decide`)."""
         session_log_id(session_id)
         check_signal_name(name)
         _check_sender(sender)
@@ -566,7 +571,8 @@ class Client:
             "sender": sender,
             "turn": turn_id,
             "digest": digest,
-            "sent_at": time.time(),  # the sender's clock: approvals decided too late are void
+            # the sender's clock: approvals decided too late are void
+            "sent_at": time.time() if sent_at is None else sent_at,
         }
         try:
             await append_session(
@@ -642,10 +648,11 @@ class Client:
         session, _ = await read_session(self._world, await current_log(self._world, session_id))
         decided = {str(body.get("id")) for body in session.signals}  # sent, not consumed yet
         found: list[PendingApproval] = []
+        now = time.time()
         for (turn, step), intent in session.open_waits.items():
             if intent.get("kind") != "approval" or approval_signal(turn, step)[1] in decided:
                 continue
-            if float(intent.get("deadline") or 0.0) + CLOCK_MARGIN < time.time():
+            if decided_too_late(now, float(intent.get("deadline") or 0.0)):
                 continue  # timed out: the call will not run (the turn learns it when it wakes)
             found.append(
                 PendingApproval(
@@ -724,7 +731,13 @@ class Client:
                     "decision on its approval would change nothing"
                 )
         await self._check_not_over(log_id, turn_id, step, signal_id)
-        if not decided and time.time() > float(body.get("deadline") or 0.0) + CLOCK_MARGIN:
+        # One reading of the clock decides, and is recorded as the decision's sent_at, which
+        # the worker compares with the same deadline (_late): a decision this check lets
+        # through always counts, one it refuses is never written. (With a second reading for
+        # sent_at, a decision let through just before the cutoff was recorded as sent after it:
+        # the caller was told "approved", and the worker voided it.)
+        now = time.time()
+        if not decided and decided_too_late(now, float(body.get("deadline") or 0.0)):
             raise InvalidArgumentError(
                 f"the approval at step {step} of turn {turn_id!r} timed out: nobody decided in "
                 "time, so the call does not run; a decision now would change nothing"
@@ -732,7 +745,13 @@ class Client:
         payload = {"approved": approved, "reason": reason}
         try:
             await self._send(
-                session_id, name, payload, sender=by, signal_id=signal_id, turn_id=turn_id
+                session_id,
+                name,
+                payload,
+                sender=by,
+                signal_id=signal_id,
+                turn_id=turn_id,
+                sent_at=now,
             )
         except InvalidArgumentError:
             existing = _decode(await get(log_id, f"signal/{signal_id}"))
@@ -753,6 +772,7 @@ class Client:
                 sender=str(existing.get("sender")),
                 signal_id=signal_id,
                 turn_id=turn_id,
+                sent_at=now,  # not recorded: the first decision's append stands
             )
         # The wait may have ended by its timeout just before the decision landed: say so.
         await self._check_not_over(log_id, turn_id, step, signal_id)

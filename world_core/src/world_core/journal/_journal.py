@@ -187,6 +187,7 @@ __all__ = [
     "check_blob_threshold",
     "check_new_turn_id",
     "check_turn_id",
+    "decided_too_late",
     "digest_of",
     "load_value",
     "read_state",
@@ -2259,11 +2260,20 @@ def _wait_digest(spec: dict[str, Any]) -> str:
     return digest_of({k: v for k, v in spec.items() if k not in _WAIT_SETTINGS})
 
 
+def decided_too_late(at: float, deadline: float) -> bool:
+    """Whether a decision on an approval made at ``at`` (its sender's clock) comes after the
+    approval's ``deadline`` (the store's), with the clock margin: too late to count. The one
+    rule for both sides: ``Client.approve`` refuses such a decision, and records the time it
+    checked as the decision's ``sent_at``, which the turn's worker checks again (the same
+    numbers on every worker, on every replay)."""
+    return at > deadline + CLOCK_MARGIN
+
+
 def _late(found: dict[str, Any], deadline: float) -> bool:
-    """Whether a decision was sent after the approval's deadline (its sender's clock, with
-    the clock margin): too late to count."""
+    """Whether a decision was sent after the approval's deadline: see
+    :func:`decided_too_late` (a decision recorded with no ``sent_at`` counts)."""
     sent = found.get("sent_at")
-    return isinstance(sent, int | float) and sent > deadline + CLOCK_MARGIN
+    return isinstance(sent, int | float) and decided_too_late(float(sent), deadline)
 
 
 _SCALARS = (str, int, float, bool, type(None))
