@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, ClassVar, Literal
 
@@ -20,6 +21,7 @@ from world_conformance._base import ContractBase
 from world_conformance._process import _spawn
 from world_conformance._support import WAIT, run_until_done
 from world_conformance._target import WorldTarget
+from world_conformance.wrappers import PassThroughLog, PassThroughWorld
 from world_core import (
     Agent,
     Client,
@@ -27,6 +29,7 @@ from world_core import (
     Journal,
     ModelReply,
     ModelRequest,
+    NewEvent,
     ScriptedModel,
     SimulatedCrash,
     ToolCall,
@@ -42,6 +45,7 @@ from world_core.errors import (
     NonDeterminismError,
     NotFoundError,
 )
+from world_core.journal import _client
 from world_core.journal._waits import approval_signal
 
 __all__ = [
@@ -276,6 +280,16 @@ class _Refunds:
             return ModelReply(tool_calls=[call])
 
         return Agent(model=ScriptedModel(policy), tools=[self.tool])
+
+
+class _ReadsAs:
+    """Stands for the ``time`` module of the client: its clock reads ``at``."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def time(self) -> float:
+        return self.at
 
 
 class JournalSignalContract(ContractBase):
@@ -678,6 +692,45 @@ class JournalSignalContract(ContractBase):
         assert statuses[-1] == "done", statuses
         assert refunds.runs == [], "a decision after the deadline ran the tool"
         assert "nobody approved" in str(await client.reply("s", turn))
+
+    async def test_signals_a_decision_landing_as_the_approval_times_out_counts(
+        self, world: World, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The worker wakes at the approval's deadline and finds no decision; before it
+        appends the time-out, a decision lands that the client lets through (its clock reads
+        the deadline: within the margin) and, finding no outcome yet, reports as counted. The
+        time-out is not appended (the log moved since the worker looked): the worker looks
+        again, finds the decision and runs the call. (Appended, the caller was told
+        "approved" and the call never ran.)"""
+        client = Client(world, queue=QUEUE)
+        refunds = _Refunds(approval_timeout=0.2)
+        turn = await client.submit("s", "refund me")
+        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
+        assert _status(first) == "suspended", first
+        (pending,) = await client.pending_approvals("s")
+        told: list[str] = []
+
+        class Log(PassThroughLog):
+            async def append(self, log_id: str, events: Sequence[NewEvent], **kw: Any) -> int:
+                ending = f"turn/{turn}/step/{pending.step}/outcome"
+                if not told and any(e.key == ending for e in events):
+                    with monkeypatch.context() as patched:
+                        patched.setattr(_client, "time", _ReadsAs(pending.deadline))
+                        try:
+                            await client.approve("s", turn, pending.step, by="manager")
+                            told.append("approved")
+                        except InvalidArgumentError as exc:
+                            told.append(str(exc))
+                return await super().append(log_id, events, **kw)
+
+        # The wake-up queued for the deadline is handed out once the store's clock passed it,
+        # and the worker's clock starts from that claim: the wait is over when it looks.
+        hooked = PassThroughWorld(world, log=Log(world.log))
+        woken = await _worker(hooked, refunds.agent()).run_once(wait=WAIT)
+        assert told == ["approved"]
+        assert _status(woken) == "done", woken
+        assert refunds.runs == [30], "the client reported an approval the turn did not count"
+        assert await client.reply("s", turn) == "done: refunded 30"
 
     async def test_signals_rejection_and_timeout_never_run_the_tool(self, world: World) -> None:
         """Rejected: the tool does not run, the model is told who rejected it and why. Not

@@ -1459,6 +1459,34 @@ class Journal:
         except BaseException as exc:
             self._broken = exc
             raise
+        self._flushed()
+
+    async def _append_at(self, event: NewEvent, tail: int, *, last: bool) -> bool:
+        """Append ``event`` (after the deferred outcomes) only if the log's tail is still
+        ``tail``. False when it is not: nothing was written, and the caller decides again on
+        what it reads now; on the ``last`` try the ``ConflictError`` is raised instead (the
+        worker runs the turn again later). A transient fault is not retried here (a try that
+        landed would look like another writer's): it fails the run, and the next run reads
+        whether the write landed."""
+        batch = [*self._pending, event]
+        try:
+            written = await self._shielded(
+                lambda: self._world.log.append(self._log_id, batch, expect_tail=tail)
+            )
+        except ConflictError as exc:
+            if not last:
+                return False
+            self._broken = exc
+            raise
+        except BaseException as exc:
+            self._broken = exc
+            raise
+        self._wrote(batch, written)
+        self._flushed()
+        return True
+
+    def _flushed(self) -> None:
+        """The deferred outcomes were appended (with the batch just written)."""
         self._pending.clear()
         if self._pending_steps:
             recorded, self._pending_steps = self._pending_steps, []
@@ -1722,31 +1750,45 @@ class Journal:
             crash = self._crash
             if crash is not None and crash.step == n and crash.when == "before_run":
                 crash.hit()
-            outcome: dict[str, Any] | None = None
-            if signal is not None:
-                found = await self._find_signal(signal, signal_turn)
-                if found is not None and not (kind == "approval" and _late(found, deadline)):
-                    outcome = {"signal": found}
-            if outcome is None and kind == "child":
-                outcome = self._child_ended(name, n)
-            if outcome is None:
-                if self._clock() < deadline:
-                    # Deferred outcomes of steps run again on the way here would be lost with
-                    # this Journal: keep them (the next run then reads instead of rerunning).
-                    await self._append([])
-                    self._suspended_at = n
-                    raise TurnSuspended(
-                        f"turn {self.turn_id!r} step {n}: {kind} {name!r} waits until "
-                        f"{deadline:.3f}",
-                        step=n,
-                        wake_at=deadline,
-                        signal=signal,
-                    )
-                outcome = {"fired": True} if kind == "timer" else {"timed_out": True}
-            if crash is not None and crash.step == n and crash.when == "after_run":
-                crash.hit()
-            body = {**identity, "result": outcome, "by": self._owner}
-            await self._append([self._event("outcome", body, n)])
+            tries = 0
+            while True:
+                tries += 1
+                # An approval times out only if no decision came since its look for one: the
+                # time-out is appended only if the log's tail is still the one read before
+                # the look. (Appended unconditionally, a decision that landed between the look
+                # and the append was told by Client.approve that it counted, since no outcome
+                # was there yet when it checked, and the call did not run.)
+                seen = await self._world.log.tail(self._log_id) if kind == "approval" else None
+                outcome: dict[str, Any] | None = None
+                if signal is not None:
+                    found = await self._find_signal(signal, signal_turn)
+                    if found is not None and not (kind == "approval" and _late(found, deadline)):
+                        outcome = {"signal": found}
+                if outcome is None and kind == "child":
+                    outcome = self._child_ended(name, n)
+                if outcome is None:
+                    if self._clock() < deadline:
+                        # Deferred outcomes of steps run again on the way here would be lost
+                        # with this Journal: keep them (the next run reads instead of reruns).
+                        await self._append([])
+                        self._suspended_at = n
+                        raise TurnSuspended(
+                            f"turn {self.turn_id!r} step {n}: {kind} {name!r} waits until "
+                            f"{deadline:.3f}",
+                            step=n,
+                            wake_at=deadline,
+                            signal=signal,
+                        )
+                    outcome = {"fired": True} if kind == "timer" else {"timed_out": True}
+                if crash is not None and crash.step == n and crash.when == "after_run":
+                    crash.hit()
+                body = {**identity, "result": outcome, "by": self._owner}
+                event = self._event("outcome", body, n)
+                if seen is None or "signal" in outcome:
+                    await self._append([event])
+                elif not await self._append_at(event, seen, last=tries >= _FENCED_TRIES):
+                    continue  # the log moved since the look (a decision, maybe): look again
+                break
             self._record(n, outcome=body)
             notify(self._observer, "step_finished", info, outcome, {}, True)
             return outcome

@@ -27,7 +27,10 @@ An approval is a signal raced against a timer: before a tool declared
 ``approval="required"`` runs, the turn waits for the signal ``approval/<step>`` addressed to
 it (:meth:`Client.approve <world_core.Client.approve>` / ``reject``, ``world approve``); the
 tool runs on approval, and the model is told it did not on a rejection or when nobody decided
-before ``approval_timeout``.
+before ``approval_timeout``. The client and the worker agree on every decision: the client's
+one clock reading that found it in time is recorded as its ``sent_at``, which the worker
+compares with the same deadline (``decided_too_late``), and the worker appends a time-out only
+if the session log has not moved since it looked for a decision (else it looks again).
 """
 
 from __future__ import annotations
