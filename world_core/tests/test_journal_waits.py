@@ -12,19 +12,22 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pydantic
 import pytest
 
+from world_conformance.wrappers import PassThroughLog, PassThroughWorld
 from world_core import (
     Agent,
     Client,
     Journal,
     ModelReply,
     ModelRequest,
+    NewEvent,
     ScriptedModel,
     ToolCall,
     Worker,
@@ -233,7 +236,7 @@ def _check_payloads_in_a_process() -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=WAIT, check=False)
 
 
-def _refund_agent(runs: Path) -> Agent:
+def _refund_agent(runs: Path, approval_timeout: float = 86400.0) -> Agent:
     async def refund(amount: int) -> str:
         """Refund the customer."""
         with runs.open("a") as file:
@@ -247,15 +250,21 @@ def _refund_agent(runs: Path) -> Agent:
         return ModelReply(tool_calls=[ToolCall(id="c", name="refund", arguments='{"amount": 30}')])
 
     return Agent(
-        model=ScriptedModel(policy), tools=[tool(refund, replay="never", approval="required")]
+        model=ScriptedModel(policy),
+        tools=[
+            tool(refund, replay="never", approval="required", approval_timeout=approval_timeout)
+        ],
     )
 
 
-async def _waiting_for_approval(world: World, runs: Path) -> tuple[Client, str]:
+async def _waiting_for_approval(
+    world: World, runs: Path, approval_timeout: float = 86400.0
+) -> tuple[Client, str]:
     """A client and its turn, suspended at the refund's approval (step 1)."""
     client = Client(world)
     turn = await client.submit("s", "refund me")
-    first = await Worker(world, _refund_agent(runs), lease=2, crash=None).run_once(wait=WAIT)
+    agent = _refund_agent(runs, approval_timeout)
+    first = await Worker(world, agent, lease=2, crash=None).run_once(wait=WAIT)
     assert first is not None
     assert first.status == "suspended"
     return client, turn
@@ -360,6 +369,47 @@ async def test_a_decision_at_the_cutoff_counts_as_the_client_said(
     assert resumed.status == "done", "the approval the client reported was voided"
     assert runs.read_text() == "30\n"
     assert await client.reply("s", turn) == "done: refunded 30"
+
+
+async def test_a_time_out_the_log_keeps_moving_under_is_tried_again_later(
+    world: World, tmp_path: Path
+) -> None:
+    """The worker appends an approval's time-out only if the session log has not moved since
+    it looked for a decision. A log that moves under each of its tries (here: a signal sent
+    to the session before each append) fails the run, writing nothing; the turn is tried
+    again later, and times the approval out then."""
+    runs = tmp_path / "runs"
+    _, turn = await _waiting_for_approval(world, runs, approval_timeout=0.2)
+    others = Client(world, signal_check=3600.0)  # its checks stay out of these runs
+    sent: list[str] = []
+
+    class Log(PassThroughLog):
+        async def append(
+            self,
+            log_id: str,
+            events: Sequence[NewEvent],
+            *,
+            expect_tail: int | None = None,
+            **kw: Any,
+        ) -> int:
+            if expect_tail is not None and any(
+                e.key == f"turn/{turn}/step/1/outcome" for e in events
+            ):
+                sent.append(await others.signal("s", "noise", len(sent), sender="bystander"))
+            return await super().append(log_id, events, expect_tail=expect_tail, **kw)
+
+    hooked = PassThroughWorld(world, log=Log(world.log))
+    agent = _refund_agent(runs, approval_timeout=0.2)
+    worker = Worker(hooked, agent, lease=2, crash=None, retry_delay=0.1)
+    failed = await worker.run_once(wait=WAIT)  # the wake-up, once the deadline passed
+    assert failed is not None
+    assert (failed.status, len(sent)) == ("retry", 5), failed
+    assert "ConflictError" in str(failed.error)
+    log_id = session_log_id("s")
+    assert await world.log.get(log_id, f"turn/{turn}/step/1/outcome") is None
+    assert await _finish(world, agent) == ["done"]
+    assert not runs.exists(), "a call nobody approved ran"
+    assert "nobody approved" in str(await Client(world).reply("s", turn))
 
 
 async def test_world_signal_as_a_command(world: World, folder: str) -> None:

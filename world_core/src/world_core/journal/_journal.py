@@ -220,7 +220,9 @@ DEFAULT_QUEUE = "turns"
 WRITE_RETRY_SECONDS = 30.0
 """How long a journal write is retried on transient faults before the turn gives up."""
 
-_FENCED_TRIES = 5  # appends of an "unstarted" record, each over events of other turns only
+_FENCED_TRIES = 5
+"""Tries of an append made only if the log's tail is as read: an "unstarted" record (each
+over events of other turns only), an approval's time-out (each after a new look)."""
 
 CHILD_TURN = "run"
 """The turn id of a child run in its own session."""
