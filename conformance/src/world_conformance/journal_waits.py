@@ -46,7 +46,7 @@ from world_core.errors import (
     NotFoundError,
 )
 from world_core.journal import _client
-from world_core.journal._waits import approval_signal
+from world_core.journal._waits import PendingApproval, approval_signal
 
 __all__ = [
     "JournalChildContract",
@@ -280,6 +280,19 @@ class _Refunds:
             return ModelReply(tool_calls=[call])
 
         return Agent(model=ScriptedModel(policy), tools=[self.tool])
+
+
+async def _waiting_for_approval(
+    world: World, refunds: _Refunds
+) -> tuple[Client, str, PendingApproval]:
+    """A client, its turn (suspended at the refund's approval) and that approval, which the
+    client lists as the session's only pending one."""
+    client = Client(world, queue=QUEUE)
+    turn = await client.submit("s", "refund me")
+    first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
+    assert _status(first) == "suspended", first
+    (pending,) = await client.pending_approvals("s")
+    return client, turn, pending
 
 
 class _ReadsAs:
@@ -584,17 +597,15 @@ class JournalSignalContract(ContractBase):
         """A ``never`` tool with ``approval="required"``: the turn stops before it runs,
         holding no worker; the pending approval shows the tool and its arguments; approving
         twice counts once and the tool runs once; a reject after it is refused."""
-        client = Client(world, queue=QUEUE)
         refunds = _Refunds()
-        turn = await client.submit("s", "refund me")
-        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
-        assert _status(first) == "suspended", first
-        pending = await client.pending_approvals("s")
-        assert [(p.turn_id, p.tool, p.arguments) for p in pending] == [
-            (turn, "refund", {"amount": 30})
-        ]
+        client, turn, pending = await _waiting_for_approval(world, refunds)
+        assert (pending.turn_id, pending.tool, pending.arguments) == (
+            turn,
+            "refund",
+            {"amount": 30},
+        )
         assert refunds.runs == []
-        step = pending[0].step
+        step = pending.step
         await client.approve("s", turn, step, by="manager")
         await client.approve("s", turn, step, by="manager")
         with pytest.raises(InvalidArgumentError, match="already approved"):
@@ -613,12 +624,9 @@ class JournalSignalContract(ContractBase):
         """A decision is approve or reject: approving again with another reason (a retried
         form whose text changed, another manager) is idempotent, and the first decision
         stands as recorded; rejecting it with the same reason is still refused."""
-        client = Client(world, queue=QUEUE)
         refunds = _Refunds()
-        turn = await client.submit("s", "refund me")
-        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
-        assert _status(first) == "suspended", first
-        step = (await client.pending_approvals("s"))[0].step
+        client, turn, pending = await _waiting_for_approval(world, refunds)
+        step = pending.step
         await client.approve("s", turn, step, by="manager", reason="within policy")
         await client.approve("s", turn, step, by="manager", reason="within policy (checked)")
         await client.approve("s", turn, step, by="director")
@@ -645,12 +653,8 @@ class JournalSignalContract(ContractBase):
         The turn resumes: the model is told the call may or may not have happened and retries
         it, blindly, with the same arguments: the approval covers the retry (one approval in
         all) and the tool runs once, with the first call's idempotency key."""
-        client = Client(world, queue=QUEUE)
         refunds = _Refunds(timeout=1.0)
-        turn = await client.submit("s", "refund me")
-        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
-        assert _status(first) == "suspended", first
-        (pending,) = await client.pending_approvals("s")
+        client, turn, pending = await _waiting_for_approval(world, refunds)
         await client.approve("s", turn, pending.step, by="manager")
         crash = CrashPoint(pending.step + 1, "before_run", in_process=True)
         await _dies(_worker(world, refunds.agent(), crash))
@@ -672,12 +676,8 @@ class JournalSignalContract(ContractBase):
         """Nobody may approve with a plain signal (the names are reserved); a decision after
         the approval's deadline is refused (the timed-out call is not listed as pending) and
         the call does not run, even though no worker noticed the timeout yet."""
-        client = Client(world, queue=QUEUE)
         refunds = _Refunds(approval_timeout=0.5)
-        turn = await client.submit("s", "refund me")
-        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
-        assert _status(first) == "suspended", first
-        (pending,) = await client.pending_approvals("s")
+        client, turn, pending = await _waiting_for_approval(world, refunds)
         _, signal_id = approval_signal(turn, pending.step)
         for name, sid in ((f"approval/{pending.step}", None), ("other", signal_id)):
             with pytest.raises(InvalidArgumentError, match="reserved"):
@@ -702,12 +702,8 @@ class JournalSignalContract(ContractBase):
         time-out is not appended (the log moved since the worker looked): the worker looks
         again, finds the decision and runs the call. (Appended, the caller was told
         "approved" and the call never ran.)"""
-        client = Client(world, queue=QUEUE)
         refunds = _Refunds(approval_timeout=0.2)
-        turn = await client.submit("s", "refund me")
-        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
-        assert _status(first) == "suspended", first
-        (pending,) = await client.pending_approvals("s")
+        client, turn, pending = await _waiting_for_approval(world, refunds)
         told: list[str] = []
 
         class Log(PassThroughLog):
@@ -736,12 +732,8 @@ class JournalSignalContract(ContractBase):
         """Rejected: the tool does not run, the model is told who rejected it and why. Not
         decided within ``approval_timeout``: the tool does not run, the model is told, and a
         decision after that is refused."""
-        client = Client(world, queue=QUEUE)
         refunds = _Refunds(approval_timeout=1.0)
-        rejected = await client.submit("s", "refund me")
-        first = await _worker(world, refunds.agent()).run_once(wait=WAIT)
-        assert _status(first) == "suspended", first
-        (pending,) = await client.pending_approvals("s")
+        client, rejected, pending = await _waiting_for_approval(world, refunds)
         await client.reject("s", rejected, pending.step, by="manager", reason="no receipt")
         await _until_done(world, refunds.agent(), rejected, within=WAIT)
         reply = await client.reply("s", rejected)
