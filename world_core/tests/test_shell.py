@@ -249,6 +249,18 @@ async def test_an_interpreter_cap_that_cuts_output_short_stops_the_script(
     assert caught.value.limit == "engine"
 
 
+async def test_the_engine_budget_for_a_pipeline_names_no_setting() -> None:
+    """Past bashkit's budget for the bytes between commands (32,000,000, no knob), the run was
+    stopped as the ``commands`` limit and told to raise ``max_commands``, which does not help.
+    Now it is the ``engine`` cap, which says no setting raises it."""
+    result = await run("for i in $(seq 40); do cat /dev/zero; done | wc -c; touch t")
+    assert result.limit == "engine", result
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert "intermediate bytes" in result.stderr
+    assert "max_commands" not in result.stderr
+    assert result.tree == START
+
+
 async def test_recursion_too_deep_in_a_background_job_stops_the_script() -> None:
     """A function nested past the interpreter's depth in ``f &`` ended that job only: the
     script exited 0 with no limit. Now it is the ``depth`` limit, as in the foreground."""

@@ -55,6 +55,8 @@ ENGINE_MAX_FILE_BYTES = 10_000_000
 """bashkit's own cap on one file (a script writing more gets "file too large", as ``EFBIG``)."""
 
 _ENGINE_LIMITS: tuple[tuple[re.Pattern[str], Limit], ...] = (
+    # bashkit's budget for the bytes between the commands of a pipeline (32,000,000): no knob
+    (re.compile(r"intermediate bytes"), "engine"),
     (re.compile(r"execution timeout"), "time"),
     (re.compile(r"loop iterations"), "loop"),
     (re.compile(r"command (count|limit)"), "commands"),
