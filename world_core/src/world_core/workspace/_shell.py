@@ -56,8 +56,9 @@ LIMIT_EXIT_CODE = 124
 Limit = Literal["time", "output", "loop", "commands", "memory", "depth", "engine"]
 """What stopped a script: a :class:`ShellLimits` setting; ``depth`` (functions nested
 deeper than the interpreter allows: :data:`MAX_FUNCTION_DEPTH`); or ``engine``, a cap of the
-interpreter's own that cut a command's output short (bashkit: ``seq`` past 100,000 lines,
-``yes`` past 10,000, a ``printf`` width over 10,000), which no setting raises."""
+interpreter's own that cut a command's output short (bashkit: ``seq`` past 16 MiB of integers
+or 100,000 other lines, ``yes`` past 4 MiB, ``head`` past 16 MiB of ``/dev/zero``, a
+``printf`` width over 10,000, a pipeline past 32,000,000 bytes), which no setting raises."""
 
 MAX_COMMANDS = 100_000
 """The most :attr:`ShellLimits.max_commands` may be (bashkit's own ceiling per script)."""
