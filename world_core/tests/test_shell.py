@@ -194,6 +194,29 @@ async def test_output_is_limited() -> None:
     assert (await run("seq 1 100", max_output_bytes=1000)).limit is None
 
 
+@pytest.mark.parametrize(
+    "script",
+    [
+        "dd if=/dev/zero bs=1M count=3 2>/dev/null; touch t",  # one of bashkit's own
+        "seq 1 200000; touch t",  # a live command of the shell's
+        "head -c 3M /dev/zero >&2; touch t",
+    ],
+)
+async def test_output_past_the_interpreters_cap_is_a_limit(script: str) -> None:
+    """bashkit keeps at most 1 MiB of a script's stdout (and of its stderr) and drops the rest:
+    an output of 3 MiB came back as its first 1 MiB with exit code 0 (exactly the limit, so not
+    "more than" it). Now it is the ``output`` limit; and ``engine`` when ``max_output_bytes``
+    is set above the interpreter's cap, which no setting raises."""
+    result = await run(script)
+    assert result.limit == "output", result
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert result.tree == START
+    higher = await run(script, max_output_bytes=4 << 20)
+    assert higher.limit == "engine", higher
+    assert "the interpreter keeps at most 1048576" in higher.stderr
+    assert higher.tree == START
+
+
 async def test_memory_is_limited() -> None:
     result = await run("head -c 5000 /dev/zero > big; echo made", max_memory_bytes=4096)
     assert result.limit == "memory"

@@ -76,6 +76,11 @@ _GRACE = 1.0
 ENGINE_MAX_FILE_BYTES = 10_000_000
 """bashkit's own cap on one file (a script writing more gets "file too large", as ``EFBIG``)."""
 
+ENGINE_MAX_OUTPUT_BYTES = 1 << 20
+"""bashkit's own cap on a script's stdout, and on its stderr (its ``Standard`` profile): past
+it the rest is dropped, and the run is stopped by the ``output`` limit (``engine`` when
+``max_output_bytes`` is set higher, which cannot take effect)."""
+
 _ENGINE_LIMITS: tuple[tuple[re.Pattern[str], Limit], ...] = (
     # bashkit's budget for the bytes between the commands of a pipeline (32,000,000): no knob
     (re.compile(r"intermediate bytes"), "engine"),
@@ -242,15 +247,18 @@ class BashkitShell:
         counted = [0]
         overflow = [False]
 
-        def count(stdout: str, stderr: str) -> None:
-            counted[0] += len(stdout) + len(stderr)
+        async def count(data: bytes) -> None:
+            counted[0] += len(data)
             if counted[0] > 2 * limits.max_output_bytes and not overflow[0]:
                 overflow[0] = True
                 bash.cancel()
 
+        out_limit = limits.max_output_bytes
         result: Any = None
         with anyio.move_on_after(limits.timeout + _GRACE):
-            result = await bash.execute(script, on_output=count)
+            # byte sinks, not on_output: with on_output, bashkit does not flag the stdout it
+            # cut at its cap when a live command wrote it (head -c 3M /dev/zero)
+            result = await bash.execute(script, capture=out_limit + 1, stdout=count, stderr=count)
         if result is None:
             bash.cancel()
             return self._stopped(tree, "time", f"{limits.timeout} s", "", "")
@@ -269,6 +277,13 @@ class BashkitShell:
             return self._stopped(
                 tree, limit, str(result.error), stdout, stderr, limits.max_output_bytes
             )
+        if result.stdout_truncated or result.stderr_truncated:
+            kept = min(out_limit, ENGINE_MAX_OUTPUT_BYTES)
+            detail = f"more than {kept} bytes"
+            if out_limit > ENGINE_MAX_OUTPUT_BYTES:
+                detail += f"; the interpreter keeps at most {kept} of stdout and of stderr"
+            limit = "output" if out_limit <= ENGINE_MAX_OUTPUT_BYTES else "engine"
+            return self._stopped(tree, limit, detail, stdout, stderr, out_limit)
         cap = cuts[0] if cuts else _engine_cap(stderr)
         if cap is not None:
             return self._stopped(tree, cap[0], cap[1], stdout, stderr, limits.max_output_bytes)
@@ -282,7 +297,6 @@ class BashkitShell:
                 stderr,
                 limits.max_output_bytes,
             )
-        out_limit = limits.max_output_bytes
         if (
             len(stdout.encode("utf-8", "surrogateescape")) > out_limit
             or len(stderr.encode("utf-8", "surrogateescape")) > out_limit
