@@ -194,6 +194,29 @@ async def test_output_is_limited() -> None:
     assert (await run("seq 1 100", max_output_bytes=1000)).limit is None
 
 
+@pytest.mark.parametrize(
+    "script",
+    [
+        "dd if=/dev/zero bs=1M count=3 2>/dev/null; touch t",  # one of bashkit's own
+        "seq 1 200000; touch t",  # a live command of the shell's
+        "head -c 3M /dev/zero >&2; touch t",
+    ],
+)
+async def test_output_past_the_interpreters_cap_is_a_limit(script: str) -> None:
+    """bashkit keeps at most 1 MiB of a script's stdout (and of its stderr) and drops the rest:
+    an output of 3 MiB came back as its first 1 MiB with exit code 0 (exactly the limit, so not
+    "more than" it). Now it is the ``output`` limit; and ``engine`` when ``max_output_bytes``
+    is set above the interpreter's cap, which no setting raises."""
+    result = await run(script)
+    assert result.limit == "output", result
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert result.tree == START
+    higher = await run(script, max_output_bytes=4 << 20)
+    assert higher.limit == "engine", higher
+    assert "the interpreter keeps at most 1048576" in higher.stderr
+    assert higher.tree == START
+
+
 async def test_memory_is_limited() -> None:
     result = await run("head -c 5000 /dev/zero > big; echo made", max_memory_bytes=4096)
     assert result.limit == "memory"
@@ -223,11 +246,12 @@ async def test_deep_recursion_is_stopped_with_a_clear_error() -> None:
 @pytest.mark.parametrize(
     ("script", "cap"),
     [
-        ("seq 1 100000000 | tail -1; touch t", "seq: line limit (100000) exceeded"),
-        ("x=$(yes | head -c 200000000); echo ${#x}; touch t", "yes: output limit (10000 lines)"),
+        ("seq 1 100000000 | tail -1; touch t", "seq: output limit (16777216 bytes) exceeded"),
+        ("seq 0.5 1 300000 | tail -1; touch t", "seq: line limit (100000) exceeded"),
+        ("x=$(yes | head -c 200000000); echo ${#x}; touch t", "yes: output limit (4194304 bytes)"),
         ("printf '%20000s' a | wc -c; touch t", "format width 20000 exceeds limit 10000"),
         # the message reaches stderr even from a command substitution
-        ("x=$(seq 1 300000 | tail -1); echo $x; touch t", "seq: line limit (100000) exceeded"),
+        ("x=$(seq 0.5 1 300000 | tail -1); echo $x; touch t", "seq: line limit (100000) exceeded"),
     ],
 )
 async def test_an_interpreter_cap_that_cuts_output_short_stops_the_script(
@@ -247,6 +271,103 @@ async def test_an_interpreter_cap_that_cuts_output_short_stops_the_script(
     with pytest.raises(ShellLimitError) as caught:
         result.raise_for_limit()
     assert caught.value.limit == "engine"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "seq 0.5 1 300000 2>/dev/null | tail -1; touch t",
+        "exec 2>/dev/null; seq 0.5 1 300000 | tail -1; touch t",
+        "x=$(seq 0.5 1 300000 2>/tmp/err | tail -1); echo $x; touch t",
+        "seq 1 100000000 2>/dev/null | tail -1; touch t",
+        "yes 2>/dev/null | wc -l; touch t",
+        "{ x=$(yes | head -c 20000000); } 2>/dev/null; echo ${#x}; touch t",
+    ],
+)
+async def test_a_cap_is_seen_when_the_script_discards_its_stderr(script: str) -> None:
+    """The cut was seen only in the line bashkit writes on the script's stderr: with
+    ``2>/dev/null`` (or ``2>file``, ``exec 2>...``) the script discarded it and ``seq 1 300000
+    2>/dev/null | tail -1`` printed 100000 with exit code 0. Now ``yes`` and ``seq`` report a
+    cut to the shell itself, out of the script's reach."""
+    result = await run(script)
+    assert result.limit == "engine", result
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert "incomplete" in result.stderr
+    assert result.tree == START
+
+
+@pytest.mark.parametrize(
+    ("script", "stdout"),
+    [
+        ("yes | head -n 8500 | wc -l", "8500\n"),
+        ("yes | head -n 10000 | wc -l", "10000\n"),
+        ("yes | head -n 30000 | wc -l", "30000\n"),
+        ("yes abc | head -c 3000000 | wc -c", "3000000\n"),
+        ("set -o pipefail; yes | head -n 1; echo $?", "y\n141\n"),  # as bash: SIGPIPE
+        ("seq 1 1000000 | head -n 2", "1\n2\n"),
+        ("seq 1 1000000 | head -n 100000 | tail -1", "100000\n"),
+        ("seq 1 300000 | tail -1", "300000\n"),  # integers: counted past bashkit's 100,000
+    ],
+)
+async def test_a_reader_that_stops_early_is_no_cut(script: str, stdout: str) -> None:
+    """``yes | head -n 9000`` printed the right 9000 lines but was stopped as a cut: bashkit's
+    ``yes`` wrote all its 10,000 lines, and its cap line, although ``head`` needed fewer. Now
+    ``yes`` streams until its reader is done, as the real one does (and past 10,000 lines);
+    ``seq`` past its cap of 100,000 lines is a cut only when its reader takes all of them."""
+    result = await run(script)
+    assert result.limit is None, result
+    assert (result.stdout, result.exit_code) == (stdout, 0)
+
+
+@pytest.mark.parametrize(
+    ("script", "stdout"),
+    [
+        ("head -c 2000000 /dev/zero | wc -c", "2000000\n"),
+        ("head -c 3M /dev/zero | tr -d '\\0' | wc -c", "0\n"),
+        ("head -c 20000 /dev/urandom | wc -c", "20000\n"),
+        ("cd /dev && head -c 10000 random | wc -c", "10000\n"),
+        # each read is fresh, as from the real device
+        (
+            "a=$(head -c 8 /dev/urandom | od -An -tx1); b=$(head -c 8 /dev/urandom | od -An -tx1)"
+            '; [ "$a" != "$b" ] && echo fresh',
+            "fresh\n",
+        ),
+    ],
+)
+async def test_head_reads_the_devices_as_endless(script: str, stdout: str) -> None:
+    """bashkit's ``/dev/zero`` ends after 1 MiB and ``/dev/urandom`` after 8 KiB, with no
+    message: ``head -c 2000000 /dev/zero | wc -c`` printed 1048576 with exit code 0. ``head``
+    now reads them as endless."""
+    result = await run(script)
+    assert result.limit is None, result
+    assert (result.stdout, result.exit_code) == (stdout, 0)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "head -c 20000000 /dev/zero 2>/dev/null | wc -c; touch t",
+        "head -n 1 /dev/zero | wc -c; touch t",  # no newline in it: the real one never ends
+    ],
+)
+async def test_head_past_its_device_cap_is_a_cut(script: str) -> None:
+    result = await run(script)
+    assert result.limit == "engine", result
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert "head: read limit (16777216 bytes) of /dev/zero exceeded" in result.stderr
+    assert result.tree == START
+
+
+async def test_the_engine_budget_for_a_pipeline_names_no_setting() -> None:
+    """Past bashkit's budget for the bytes between commands (32,000,000, no knob), the run was
+    stopped as the ``commands`` limit and told to raise ``max_commands``, which does not help.
+    Now it is the ``engine`` cap, which says no setting raises it."""
+    result = await run("for i in $(seq 40); do cat /dev/zero; done | wc -c; touch t")
+    assert result.limit == "engine", result
+    assert result.exit_code == LIMIT_EXIT_CODE
+    assert "intermediate bytes" in result.stderr
+    assert "max_commands" not in result.stderr
+    assert result.tree == START
 
 
 async def test_recursion_too_deep_in_a_background_job_stops_the_script() -> None:

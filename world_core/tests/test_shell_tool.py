@@ -174,11 +174,13 @@ async def test_a_link_the_script_makes_is_named_in_the_outcome_not_lost(world: W
 
 async def test_an_interpreter_cap_reaches_the_model_as_a_limit(world: World) -> None:
     """``seq 1 100000000 | tail -1`` printed 100000 with exit code 0 (bashkit cuts seq at
-    100,000 lines); the outcome now carries the limit's exit code and says why."""
+    100,000 lines); the outcome now carries the limit's exit code and says why, also when the
+    script discards its stderr (the cut was seen only in a line on it)."""
     journal = await _turn(world)
-    result = await journal.call(bash_tool(), {"script": "seq 1 100000000 | tail -1 > n.txt"})
+    script = "seq 1 100000000 2>/dev/null | tail -1 > n.txt"
+    result = await journal.call(bash_tool(), {"script": script})
     assert result["exit_code"] == LIMIT_EXIT_CODE
-    assert "line limit (100000) exceeded" in result["stderr"]
+    assert "seq: output limit (16777216 bytes) exceeded" in result["stderr"]
     assert "incomplete" in result["stderr"]
     await journal.finish("done")
     assert await _files(world) == {}

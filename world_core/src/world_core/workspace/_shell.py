@@ -54,10 +54,12 @@ LIMIT_EXIT_CODE = 124
 """The exit code of a script stopped by a limit (as ``timeout(1)`` uses)."""
 
 Limit = Literal["time", "output", "loop", "commands", "memory", "depth", "engine"]
-"""What stopped a script: a :class:`ShellLimits` setting; ``depth`` (functions nested
-deeper than the interpreter allows: :data:`MAX_FUNCTION_DEPTH`); or ``engine``, a cap of the
-interpreter's own that cut a command's output short (bashkit: ``seq`` past 100,000 lines,
-``yes`` past 10,000, a ``printf`` width over 10,000), which no setting raises."""
+"""What stopped a script: a :class:`ShellLimits` setting; ``depth`` (functions nested deeper
+than the interpreter allows: :data:`MAX_FUNCTION_DEPTH`); or ``engine``, a cap of the
+interpreter's own that cut a command's output short (bashkit: ``seq`` past 16 MiB of integers or
+100,000 other lines, ``yes`` past 4 MiB, ``head`` past 16 MiB of ``/dev/zero``, a ``printf``
+width over 10,000, a pipeline past 32,000,000 bytes, stdout or stderr past 1 MiB with
+``max_output_bytes`` set higher), which no setting raises."""
 
 MAX_COMMANDS = 100_000
 """The most :attr:`ShellLimits.max_commands` may be (bashkit's own ceiling per script)."""
@@ -98,7 +100,8 @@ class ShellLimits:
 
     Attributes:
         timeout: seconds of wall time (default 10).
-        max_output_bytes: bytes of stdout and of stderr each (default 1 MiB).
+        max_output_bytes: bytes of stdout and of stderr each (default 1 MiB, also the most
+            bashkit keeps: past it, set higher, the script is stopped as ``engine``).
         max_loop_iterations: iterations of any one loop (default 100,000).
         max_commands: commands the whole script may run (default and most:
             :data:`MAX_COMMANDS`, 100,000; a long loop counts each command of each round).

@@ -14,19 +14,40 @@ stop itself.
 bashkit also caps some commands on its own, with no knob in its Python API (checked in
 0.20.1: neither ``max_loop_iterations``, ``max_commands`` nor an ``ExecutionProfile`` moves
 them): ``seq`` prints at most 100,000 lines, ``yes`` 10,000, ``printf`` refuses a width over
-10,000, and a job in the background (``f &``) that nests functions too deep ends alone. It
-reports these only as a line on stderr and lets the script go on with the output cut short,
-so the script's exit code can be 0 on a wrong answer. Those lines are matched in the
-script's stderr (:data:`_ENGINE_CAPS`) and the run is stopped as by a limit (``engine``, or
-``depth``). A script that discards its stderr (``2>/dev/null``) discards that line too, and
-the cut is then not seen.
+10,000, a job in the background (``f &``) that nests functions too deep ends alone, and a
+read of ``/dev/zero`` ends after 1 MiB, of ``/dev/urandom`` after 8 KiB. It reports the first
+four only as a line on stderr, which goes where the script sends its stderr (``2>/dev/null``
+discards it), and the devices not at all; the script goes on with the output cut short, its
+exit code 0 on a wrong answer. So three commands stand before bashkit's own (it runs custom
+commands first) and record a cut out of the script's reach (live commands of
+:mod:`~world_core.workspace._shell_commands`):
+
+- ``yes`` streams its lines until its reader is done, as the real one does (``yes | head -n
+  9000`` is right, no cut); past ``YES_MAX_BYTES`` (4 MiB), a cut. Under a command that
+  collects output before passing it on (``bash -c``, ``timeout``, ``xargs``), or before one of
+  bashkit's many commands that read all their input first (``sed``, ``awk``, ``cut``,
+  ``fold``), nothing stops it early: it runs to that cap (as bashkit's own ran to its 10,000
+  lines).
+- ``head`` (GNU's, streaming) reads ``/dev/zero``, ``/dev/urandom`` and ``/dev/random`` named
+  as files as endless (``head -c 2000000 /dev/zero`` is right); past ``STREAM_MAX_BYTES`` (16
+  MiB), a cut. Other readers of the devices (``cat /dev/zero``, ``head < /dev/zero``, ``od``)
+  get bashkit's short devices, and that cut is not seen.
+- ``seq`` counts integers itself (``seq 1 300000 | tail -1`` is right), streaming, until its
+  reader is done or past ``STREAM_MAX_BYTES``, a cut; anything else (``-w``, decimals) is
+  bashkit's own, run apart, whose cap of 100,000 lines is a cut when its reader takes all of
+  them.
+
+The other caps (``printf``, a job in the background) are matched in the script's stderr
+(:data:`_ENGINE_CAPS`): a script that discards its stderr discards those, and they are then
+not seen. A recorded or matched cut stops the run as a limit does (``engine``, or ``depth``).
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -45,6 +66,7 @@ from world_core.workspace._shell import (
     check_script,
     limit_message,
 )
+from world_core.workspace._shell_commands import Cut, head_command, seq_command, yes_command
 
 __all__ = ["BashkitShell"]
 
@@ -54,7 +76,14 @@ _GRACE = 1.0
 ENGINE_MAX_FILE_BYTES = 10_000_000
 """bashkit's own cap on one file (a script writing more gets "file too large", as ``EFBIG``)."""
 
+ENGINE_MAX_OUTPUT_BYTES = 1 << 20
+"""bashkit's own cap on a script's stdout, and on its stderr (its ``Standard`` profile): past
+it the rest is dropped, and the run is stopped by the ``output`` limit (``engine`` when
+``max_output_bytes`` is set higher, which cannot take effect)."""
+
 _ENGINE_LIMITS: tuple[tuple[re.Pattern[str], Limit], ...] = (
+    # bashkit's budget for the bytes between the commands of a pipeline (32,000,000): no knob
+    (re.compile(r"intermediate bytes"), "engine"),
     (re.compile(r"execution timeout"), "time"),
     (re.compile(r"loop iterations"), "loop"),
     (re.compile(r"command (count|limit)"), "commands"),
@@ -95,6 +124,22 @@ def _engine_cap(stderr: str) -> tuple[Limit, str] | None:
         return None
     line = found.group(0)
     return _engine_limit(line, "engine") or "engine", line
+
+
+def _run_seq(limits: ShellLimits) -> Callable[[list[str]], Awaitable[tuple[bytes, str, int]]]:
+    """bashkit's own ``seq``, in an interpreter apart: its stdout, stderr and exit code."""
+
+    async def run(argv: list[str]) -> tuple[bytes, str, int]:
+        apart = bashkit.Bash(
+            env=dict(SHELL_ENVIRONMENT),
+            max_commands=1,
+            max_memory=limits.max_memory_bytes,
+            timeout_seconds=limits.timeout,
+        )
+        done = await apart.execute(" ".join(["seq", *map(shlex.quote, argv)]))
+        return str(done.stdout).encode(), str(done.stderr), int(done.exit_code)
+
+    return run
 
 
 def _load(fs: Any, tree: Tree) -> None:
@@ -181,6 +226,7 @@ class BashkitShell:
                 f"files of at most {ENGINE_MAX_FILE_BYTES} bytes"
             )
             return self._stopped(tree, "memory", detail, "", "")
+        cuts: list[Cut] = []
         bash = bashkit.Bash(
             username="user",
             hostname="world",
@@ -191,6 +237,9 @@ class BashkitShell:
             max_memory=limits.max_memory_bytes,
             timeout_seconds=limits.timeout,
         )
+        bash.add_command("yes", yes_command(cuts))
+        bash.add_command("head", head_command(cuts))
+        bash.add_command("seq", seq_command(cuts, _run_seq(limits), _engine_cap))
         try:
             _load(bash.fs(), tree)
         except RuntimeError as exc:  # a path the interpreter's filesystem refuses
@@ -198,15 +247,18 @@ class BashkitShell:
         counted = [0]
         overflow = [False]
 
-        def count(stdout: str, stderr: str) -> None:
-            counted[0] += len(stdout) + len(stderr)
+        async def count(data: bytes) -> None:
+            counted[0] += len(data)
             if counted[0] > 2 * limits.max_output_bytes and not overflow[0]:
                 overflow[0] = True
                 bash.cancel()
 
+        out_limit = limits.max_output_bytes
         result: Any = None
         with anyio.move_on_after(limits.timeout + _GRACE):
-            result = await bash.execute(script, on_output=count)
+            # byte sinks, not on_output: with on_output, bashkit does not flag the stdout it
+            # cut at its cap when a live command wrote it (head -c 3M /dev/zero)
+            result = await bash.execute(script, capture=out_limit + 1, stdout=count, stderr=count)
         if result is None:
             bash.cancel()
             return self._stopped(tree, "time", f"{limits.timeout} s", "", "")
@@ -225,7 +277,14 @@ class BashkitShell:
             return self._stopped(
                 tree, limit, str(result.error), stdout, stderr, limits.max_output_bytes
             )
-        cap = _engine_cap(stderr)
+        if result.stdout_truncated or result.stderr_truncated:
+            kept = min(out_limit, ENGINE_MAX_OUTPUT_BYTES)
+            detail = f"more than {kept} bytes"
+            if out_limit > ENGINE_MAX_OUTPUT_BYTES:
+                detail += f"; the interpreter keeps at most {kept} of stdout and of stderr"
+            limit = "output" if out_limit <= ENGINE_MAX_OUTPUT_BYTES else "engine"
+            return self._stopped(tree, limit, detail, stdout, stderr, out_limit)
+        cap = cuts[0] if cuts else _engine_cap(stderr)
         if cap is not None:
             return self._stopped(tree, cap[0], cap[1], stdout, stderr, limits.max_output_bytes)
         after, left_out = _walk(bash.fs())
@@ -238,7 +297,6 @@ class BashkitShell:
                 stderr,
                 limits.max_output_bytes,
             )
-        out_limit = limits.max_output_bytes
         if (
             len(stdout.encode("utf-8", "surrogateescape")) > out_limit
             or len(stderr.encode("utf-8", "surrogateescape")) > out_limit

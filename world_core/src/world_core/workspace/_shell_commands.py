@@ -1,0 +1,436 @@
+"""Commands that stand before bashkit's own in :class:`~world_core.workspace.BashkitShell`.
+
+bashkit runs a live command registered on an interpreter (``Bash.add_command``) before its
+own builtin of the same name. These replace three whose output bashkit cuts short without a
+word the shell can see (see :mod:`world_core.workspace._shell_bashkit`), and record such a
+cut in a list the shell reads after the run, out of the script's reach:
+
+- ``yes`` streams until its reader is done, as the real one does.
+- ``head`` is GNU's, streaming, and reads ``/dev/zero``, ``/dev/urandom`` and ``/dev/random``
+  as the endless devices they are (bashkit's end after 1 MiB and 8 KiB).
+- ``seq`` counts integers itself, past bashkit's 100,000 lines; anything else it hands to
+  bashkit's own, run apart, where its cap line is seen.
+
+A command gets a context with ``argv``, ``cwd``, ``fs`` (the interpreter's filesystem),
+``stdin`` (chunks of bytes) and ``stdout``/``stderr`` (``await write(bytes)``, which raises
+``BrokenPipeError`` once the reader is gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from world_core.workspace._shell import Limit
+
+__all__ = [
+    "STREAM_MAX_BYTES",
+    "YES_MAX_BYTES",
+    "Cut",
+    "head_command",
+    "seq_command",
+    "yes_command",
+]
+
+YES_MAX_BYTES = 4 << 20
+"""The most ``yes`` writes (2 million lines of ``y``) before its output counts as cut short; a
+reader that stops before (``head``) ends it sooner, with no cut. Kept small because many of
+bashkit's commands read all their input before they write (``yes | sed s/y/n/ | head -2``
+runs ``yes`` to this cap: about 2 s through ``sed``, and a cut)."""
+
+STREAM_MAX_BYTES = 16 << 20
+"""The most ``head`` reads from an endless device (``/dev/zero``, ``/dev/urandom``), and
+``seq`` writes of the integers it counts (about 2 million), before the output counts as cut
+short (``head -c 20M /dev/zero``, ``seq 1 10000000 | tail -1``)."""
+
+_CHUNK = 1 << 16
+"""Bytes per write of ``yes`` (a pipe's buffer): a reader that stops early is seen after at
+most this much more."""
+
+_SIGPIPE_STATUS = 141
+"""The status of a writer whose reader went away (killed by ``SIGPIPE`` in bash)."""
+
+Cut = tuple[Limit, str]
+"""A cut a command recorded: its limit (``engine``) and the line that says what was cut."""
+
+_Command = Callable[[Any], Awaitable[int]]
+
+
+async def _write(ctx: Any, name: str, data: bytes) -> int | None:
+    """Write ``data`` to the command's stdout: None once written, else the command's status
+    (its reader went away: ``SIGPIPE``; or the write failed)."""
+    try:
+        await ctx.stdout.write(data)
+    except BrokenPipeError:
+        return _SIGPIPE_STATUS
+    except RuntimeError as exc:  # "file too large" (EFBIG), a full filesystem
+        await _say(ctx, f"{name}: write error: {exc}\n")
+        return 1
+    return None
+
+
+async def _say(ctx: Any, text: str) -> None:
+    with contextlib.suppress(BrokenPipeError, RuntimeError):  # stderr gone: the status tells
+        await ctx.stderr.write(text.encode("utf-8", "surrogateescape"))
+
+
+def yes_command(cuts: list[Cut]) -> _Command:
+    """``yes``, streaming until its reader is done; past :data:`YES_MAX_BYTES`, a cut."""
+
+    async def yes(ctx: Any) -> int:
+        argv = list(ctx.argv)
+        if argv and argv[0] == "--":
+            argv = argv[1:]
+        line = (" ".join(argv) if argv else "y").encode("utf-8", "surrogateescape") + b"\n"
+        chunk = line * max(1, _CHUNK // len(line))
+        written = 0
+        while written < YES_MAX_BYTES:
+            status = await _write(ctx, "yes", chunk)
+            if status is not None:
+                return status
+            written += len(chunk)
+        detail = f"yes: output limit ({YES_MAX_BYTES} bytes) exceeded; output truncated"
+        cuts.append(("engine", detail))
+        await _say(ctx, detail + "\n")
+        return 1
+
+    return yes
+
+
+_DEVICE_CHUNK = bytes(_CHUNK)
+
+_DEVICES: Mapping[str, Callable[[], bytes]] = {
+    "/dev/zero": lambda: _DEVICE_CHUNK,
+    "/dev/urandom": lambda: os.urandom(_CHUNK),
+    "/dev/random": lambda: os.urandom(_CHUNK),
+}
+"""The endless devices ``head`` reads itself: bashkit's own end after 1 MiB (``/dev/zero``)
+and 8 KiB (the random ones), with no message."""
+
+_SIZE_SUFFIXES: Mapping[str, int] = {
+    "": 1,
+    "b": 512,
+    **{f"{p}{tail}": 1024**i for i, p in enumerate("KMGTPE", 1) for tail in ("", "iB")},
+    **{f"{p.lower()}": 1024**i for i, p in enumerate("KMGTPE", 1)},
+    **{f"{p}B": 1000**i for i, p in enumerate("KMGTPE", 1)},
+    "kB": 1000,
+}
+
+_HEAD_USAGE = "Try 'head --help' for more information.\n"
+
+_HEAD_HELP = """Usage: head [OPTION]... [FILE]...
+Print the first 10 lines of each FILE to standard output.
+With more than one FILE, precede each with a header giving the file name.
+
+With no FILE, or when FILE is -, read standard input.
+
+  -c, --bytes=[-]NUM       print the first NUM bytes of each file;
+                             with the leading '-', print all but the last
+                             NUM bytes of each file
+  -n, --lines=[-]NUM       print the first NUM lines instead of the first 10;
+                             with the leading '-', print all but the last
+                             NUM lines of each file
+  -q, --quiet, --silent    never print headers giving file names
+  -v, --verbose            always print headers giving file names
+  -z, --zero-terminated    line delimiter is NUL, not newline
+      --help        display this help and exit
+      --version     output version information and exit
+"""
+
+
+@dataclass
+class _HeadArgs:
+    in_bytes: bool = False
+    count: int = 10
+    all_but: bool = False
+    headers: bool | None = None
+    delimiter: bytes = b"\n"
+    files: list[str] = field(default_factory=list)
+
+
+def _head_count(args: _HeadArgs, value: str, in_bytes: bool) -> str | None:
+    """Set the count from ``value`` (``5``, ``-5``, ``2K``); an error message, or None."""
+    found = re.fullmatch(r"([-+]?)(\d+)([A-Za-z]*)", value)
+    if found is None or found.group(3) not in _SIZE_SUFFIXES:
+        what = "bytes" if in_bytes else "lines"
+        return f"head: invalid number of {what}: '{value}'\n"
+    args.in_bytes = in_bytes
+    args.all_but = found.group(1) == "-"
+    args.count = int(found.group(2)) * _SIZE_SUFFIXES[found.group(3)]
+    return None
+
+
+def _head_parse(argv: list[str]) -> _HeadArgs | str:
+    """GNU ``head``'s arguments (options anywhere, ``-5`` first), or the error to print."""
+    args = _HeadArgs()
+    if argv and re.fullmatch(r"-\d+[cl]?", argv[0]):
+        error = _head_count(args, argv[0][1:].rstrip("cl"), argv[0].endswith("c"))
+        if error:
+            return error
+        argv = argv[1:]
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        index += 1
+        if arg == "--":
+            args.files.extend(argv[index:])
+            break
+        if arg == "-" or not arg.startswith("-"):
+            args.files.append(arg)
+            continue
+        count: tuple[str | None, bool, str] | None = None  # value, in bytes, if missing
+        if arg.startswith("--"):
+            name, has_value, value = arg[2:].partition("=")
+            if name in ("lines", "bytes"):
+                missing = f"option '--{name}' requires an argument"
+                count = (value if has_value else None, name == "bytes", missing)
+            elif name in ("quiet", "silent", "verbose") and not has_value:
+                args.headers = name == "verbose"
+            elif name == "zero-terminated" and not has_value:
+                args.delimiter = b"\0"
+            elif name in ("help", "version") and not has_value:
+                return name
+            else:
+                return f"head: unrecognized option '{arg}'\n{_HEAD_USAGE}"
+        else:
+            for at, flag in enumerate(arg[1:], 1):
+                if flag in "nc":
+                    missing = f"option requires an argument -- '{flag}'"
+                    count = (arg[at + 1 :] or None, flag == "c", missing)
+                    break
+                if flag in "qv":
+                    args.headers = flag == "v"
+                elif flag == "z":
+                    args.delimiter = b"\0"
+                else:
+                    return f"head: invalid option -- '{flag}'\n{_HEAD_USAGE}"
+        if count is not None:
+            given, in_bytes, missing = count
+            if given is None:
+                if index == len(argv):
+                    return f"head: {missing}\n{_HEAD_USAGE}"
+                given, index = argv[index], index + 1
+            error = _head_count(args, given, in_bytes)
+            if error:
+                return error
+    if not args.files:
+        args.files = ["-"]
+    return args
+
+
+class _ReadLimit(Exception):
+    """A device read past :data:`STREAM_MAX_BYTES`."""
+
+
+def _source(ctx: Any, name: str) -> AsyncIterator[bytes]:
+    """The bytes of one operand of ``head``, in chunks (a device: endless, up to the cap; a
+    directory: :class:`IsADirectoryError` on the first read, after its header, as in GNU's).
+
+    Raises:
+        FileNotFoundError: no such file.
+        RuntimeError: another file the filesystem cannot read.
+    """
+    path = posixpath.normpath(posixpath.join(str(ctx.cwd), name))
+    if name == "-" or path == "/dev/stdin":
+        return _stdin(ctx)
+    device = _DEVICES.get(path)
+    if device is not None:
+        return _device(path, device)
+    try:
+        return _once(bytes(ctx.fs.read_file(path)))
+    except RuntimeError as exc:
+        if "directory" in str(exc):
+            return _Directory()
+        if "not found" in str(exc):
+            raise FileNotFoundError(path) from exc
+        raise
+
+
+async def _stdin(ctx: Any) -> AsyncIterator[bytes]:
+    async for chunk in ctx.stdin:
+        yield bytes(chunk)
+
+
+async def _device(path: str, device: Callable[[], bytes]) -> AsyncIterator[bytes]:
+    read = 0
+    while read < STREAM_MAX_BYTES:
+        chunk = device()
+        read += len(chunk)
+        yield chunk
+    raise _ReadLimit(path)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+class _Directory:
+    """A directory as an operand: its first read raises (after its header, as in GNU's)."""
+
+    def __aiter__(self) -> _Directory:
+        return self
+
+    async def __anext__(self) -> bytes:
+        raise IsADirectoryError
+
+
+def head_command(cuts: list[Cut]) -> _Command:
+    """GNU ``head``, streaming, that reads the endless devices as endless (up to
+    :data:`STREAM_MAX_BYTES`, then a cut); bashkit's own read at most 1 MiB of ``/dev/zero``
+    and 8 KiB of ``/dev/urandom`` and said nothing (``head -c 2000000 /dev/zero | wc -c``
+    printed 1048576)."""
+
+    async def head(ctx: Any) -> int:
+        args = _head_parse(list(ctx.argv))
+        if args == "help":
+            return await _write(ctx, "head", _HEAD_HELP.encode()) or 0
+        if args == "version":
+            return await _write(ctx, "head", b"head (world) 1.0\n") or 0
+        if isinstance(args, str):
+            await _say(ctx, args)
+            return 1
+        headers = len(args.files) > 1 if args.headers is None else args.headers
+        status, titled = 0, False
+        for name in args.files:
+            try:
+                source = _source(ctx, name)
+            except FileNotFoundError:
+                reason = "No such file or directory"
+            except RuntimeError as exc:
+                reason = str(exc)
+            else:
+                reason = ""
+            if reason:
+                await _say(ctx, f"head: cannot open '{name}' for reading: {reason}\n")
+                status = 1
+                continue
+            if headers:
+                shown = "standard input" if name == "-" else name
+                title = f"{chr(10) if titled else ''}==> {shown} <==\n"
+                titled = True
+                failed = await _write(ctx, "head", title.encode("utf-8", "surrogateescape"))
+                if failed is not None:
+                    return failed
+            try:
+                failed = await _head_one(ctx, args, source)
+            except IsADirectoryError:
+                await _say(ctx, f"head: error reading '{name}': Is a directory\n")
+                status = 1
+                continue
+            except _ReadLimit as cut:
+                detail = (
+                    f"head: read limit ({STREAM_MAX_BYTES} bytes) of {cut} exceeded; "
+                    "output truncated"
+                )
+                cuts.append(("engine", detail))
+                await _say(ctx, detail + "\n")
+                return 1
+            if failed is not None:
+                return failed
+        return status
+
+    return head
+
+
+async def _head_one(ctx: Any, args: _HeadArgs, chunks: AsyncIterator[bytes]) -> int | None:
+    """Write the head of one operand; None, or the status to end with."""
+    if args.all_but:
+        data = b"".join([chunk async for chunk in chunks])
+        if args.in_bytes:
+            kept = data[: max(0, len(data) - args.count)]
+        else:
+            cut = len(data)
+            ends = 0 if data.endswith(args.delimiter) or not data else 1
+            for _ in range(args.count + 1 - ends):
+                cut = data.rfind(args.delimiter, 0, cut)
+                if cut < 0:
+                    break
+            kept = data[: cut + 1] if cut >= 0 else b""
+            if args.count == 0:
+                kept = data
+        return await _write(ctx, "head", kept) if kept else None
+    left = args.count
+    if left == 0:
+        return None
+    async for chunk in chunks:
+        if args.in_bytes:
+            part = chunk[:left]
+            left -= len(part)
+        else:
+            end = 0
+            while left and end < len(chunk):
+                found = chunk.find(args.delimiter, end)
+                if found < 0:
+                    end = len(chunk)
+                    break
+                end = found + 1
+                left -= 1
+            part = chunk[:end]
+        if part:
+            failed = await _write(ctx, "head", part)
+            if failed is not None:
+                return failed
+        if left == 0:
+            return None
+    return None
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+_SEQ_BATCH = 8192
+"""Numbers per write of ``seq`` counting itself."""
+
+
+def seq_command(
+    cuts: list[Cut],
+    run: Callable[[list[str]], Awaitable[tuple[bytes, str, int]]],
+    cap_of: Callable[[str], Cut | None],
+) -> _Command:
+    """``seq``, streamed. Integers only (``seq 5``, ``seq 2 9``, ``seq 10 -2 1``) it counts
+    itself, until its reader is done or past :data:`STREAM_MAX_BYTES` (a cut). Anything else
+    (options, decimals) goes to ``run`` (bashkit's own, apart), whose cap of 100,000 lines is a
+    line ``cap_of`` finds in its stderr: a cut, unless its reader went away before the end."""
+
+    async def seq(ctx: Any) -> int:
+        argv = list(ctx.argv)
+        if 1 <= len(argv) <= 3 and all(_INTEGER.fullmatch(arg) for arg in argv):
+            numbers = [int(arg) for arg in argv]
+            first = numbers[0] if len(numbers) > 1 else 1
+            step = numbers[1] if len(numbers) == 3 else 1
+            if step != 0:
+                last = numbers[-1]
+                return await _count(ctx, cuts, range(first, last + (1 if step > 0 else -1), step))
+        stdout, stderr, status = await run(argv)
+        for start in range(0, len(stdout), _CHUNK):
+            failed = await _write(ctx, "seq", stdout[start : start + _CHUNK])
+            if failed is not None:
+                return failed
+        cap = cap_of(stderr)
+        if cap is not None:
+            cuts.append(cap)
+        if stderr:
+            await _say(ctx, stderr)
+        return status
+
+    return seq
+
+
+async def _count(ctx: Any, cuts: list[Cut], numbers: range) -> int:
+    written = 0
+    for start in range(0, len(numbers), _SEQ_BATCH):
+        if written >= STREAM_MAX_BYTES:
+            detail = f"seq: output limit ({STREAM_MAX_BYTES} bytes) exceeded; output truncated"
+            cuts.append(("engine", detail))
+            await _say(ctx, detail + "\n")
+            return 1
+        batch = "".join(f"{number}\n" for number in numbers[start : start + _SEQ_BATCH])
+        failed = await _write(ctx, "seq", batch.encode())
+        if failed is not None:
+            return failed
+        written += len(batch)
+    return 0
