@@ -11,6 +11,17 @@ cut in a list the shell reads after the run, out of the script's reach:
 - ``seq`` counts integers itself, past bashkit's 100,000 lines; anything else it hands to
   bashkit's own, run apart, where its cap line is seen.
 
+Where they differ from GNU's (coreutils 9.1, which the tests compare them with):
+
+- ``--version`` names the shell, not GNU coreutils.
+- A command cannot leave input unread for the next one: GNU's ``head`` reading a file on
+  its stdin puts the file offset back just after the lines it printed, so
+  ``{ head -n1; cat; } < f`` and ``head -n1 - - < f`` go on where it stopped; here the next
+  command or operand does not (bashkit gives each command of a group the whole redirected
+  file, and ``head`` cannot give back what it read).
+- Bytes past ASCII in an argument (``yes $'\\xff'``) reach a command as UTF-8 text, as for
+  every command of bashkit's; bytes in files and pipes are kept as they are.
+
 A command gets a context with ``argv``, ``cwd``, ``fs`` (the interpreter's filesystem),
 ``stdin`` (chunks of bytes) and ``stdout``/``stderr`` (``await write(bytes)``, which raises
 ``BrokenPipeError`` once the reader is gone).
@@ -79,14 +90,49 @@ async def _say(ctx: Any, text: str) -> None:
         await ctx.stderr.write(text.encode("utf-8", "surrogateescape"))
 
 
+_YES_USAGE = "Try 'yes --help' for more information.\n"
+
+_YES_HELP = """Usage: yes [STRING]...
+  or:  yes OPTION
+Repeatedly output a line with all specified STRING(s), or 'y'.
+
+      --help        display this help and exit
+      --version     output version information and exit
+"""
+
+
+def _yes_words(argv: list[str]) -> list[str] | str:
+    """GNU ``yes``'s arguments: the words to repeat (options anywhere before ``--``), or
+    ``help``, ``version``, or the error to print."""
+    words: list[str] = []
+    for index, arg in enumerate(argv):
+        if arg == "--":
+            return words + argv[index + 1 :]
+        if arg.startswith("--"):
+            name = _long_name(arg, ("help", "version"), "yes", _YES_USAGE)
+            if name not in ("help", "version"):
+                return name
+            if "=" in arg:
+                return f"yes: option '--{name}' doesn't allow an argument\n{_YES_USAGE}"
+            return name
+        if arg.startswith("-") and arg != "-":
+            return f"yes: invalid option -- '{arg[1]}'\n{_YES_USAGE}"
+        words.append(arg)
+    return words
+
+
 def yes_command(cuts: list[Cut]) -> _Command:
     """``yes``, streaming until its reader is done; past :data:`YES_MAX_BYTES`, a cut."""
 
     async def yes(ctx: Any) -> int:
-        argv = list(ctx.argv)
-        if argv and argv[0] == "--":
-            argv = argv[1:]
-        line = (" ".join(argv) if argv else "y").encode("utf-8", "surrogateescape") + b"\n"
+        words = _yes_words(list(ctx.argv))
+        if isinstance(words, str):  # --help, --version, or an error
+            if words in ("help", "version"):
+                text = _YES_HELP if words == "help" else "yes (world) 1.0\n"
+                return await _write(ctx, "yes", text.encode()) or 0
+            await _say(ctx, words)
+            return 1
+        line = (" ".join(words) if words else "y").encode("utf-8", "surrogateescape") + b"\n"
         chunk = line * max(1, _CHUNK // len(line))
         written = 0
         while written < YES_MAX_BYTES:
@@ -112,15 +158,19 @@ _DEVICES: Mapping[str, Callable[[], bytes]] = {
 """The endless devices ``head`` reads itself: bashkit's own end after 1 MiB (``/dev/zero``)
 and 8 KiB (the random ones), with no message."""
 
-_SIZE_SUFFIXES: Mapping[str, int] = {
-    "": 1,
-    "b": 512,
-    **{f"{p}{tail}": 1024**i for i, p in enumerate("KMGTPE", 1) for tail in ("", "iB")},
-    **{f"{p.lower()}": 1024**i for i, p in enumerate("KMGTPE", 1)},
-    **{f"{p}B": 1000**i for i, p in enumerate("KMGTPE", 1)},
-    "kB": 1000,
-}
+_UINTMAX = (1 << 64) - 1
+"""The largest count GNU's ``head`` takes; past it, ``Value too large for defined data type``."""
 
+_SIZE_POWERS: Mapping[str, int] = {
+    **{letter: power for power, letter in enumerate("KMGTPEZY", 1)},
+    "k": 1,
+    "m": 2,
+}
+"""The suffixes GNU's ``head`` (coreutils 9.1) reads after a count, as powers of 1024 (of 1000
+with ``B`` or ``D`` after: ``1kB``; ``1KiB`` is 1024 again); ``b`` is 512. ``k`` and ``m``
+are lower case too, no other (``1g`` and ``1e`` are refused)."""
+
+_SPACE = " \t\n\v\f\r"
 _HEAD_USAGE = "Try 'head --help' for more information.\n"
 
 _HEAD_HELP = """Usage: head [OPTION]... [FILE]...
@@ -153,23 +203,94 @@ class _HeadArgs:
     files: list[str] = field(default_factory=list)
 
 
-def _head_count(args: _HeadArgs, value: str, in_bytes: bool) -> str | None:
-    """Set the count from ``value`` (``5``, ``-5``, ``2K``); an error message, or None."""
-    found = re.fullmatch(r"([-+]?)(\d+)([A-Za-z]*)", value)
-    if found is None or found.group(3) not in _SIZE_SUFFIXES:
+def _gnu_count(text: str) -> int | None:
+    """``text`` read as GNU's ``xstrtoumax`` does for ``head`` (spaces first, ``+``, a bare
+    suffix for 1: ``k`` is 1024): the count, past :data:`_UINTMAX` when too large; None when
+    it is not a number."""
+    rest = text.lstrip(_SPACE)
+    number = re.match(r"\+?([0-9]+)", rest)
+    if number is not None:
+        value, suffix = int(number.group(1)), rest[number.end() :]
+    elif text[:1] in ("b", *_SIZE_POWERS):
+        value, suffix = 1, text
+    else:
+        return None
+    if suffix:
+        letter, used, base = suffix[0], 1, 1024
+        if letter in _SIZE_POWERS:
+            if suffix[1:3] == "iB":
+                used = 3
+            elif suffix[1:2] in ("B", "D"):
+                used, base = 2, 1000
+            value *= base ** _SIZE_POWERS[letter]
+        elif letter == "b":
+            value *= 512
+        else:
+            return None
+        if suffix[used:]:
+            return None
+    return value
+
+
+def _head_count(args: _HeadArgs, value: str, in_bytes: bool, all_but: bool = False) -> str | None:
+    """Set the count from ``value`` (``5``, ``2K``; ``-5`` from an option: all but); an
+    error message, or None."""
+    if all_but and value.startswith("-"):
+        value = value[1:]
+    else:
+        all_but = False
+    count = _gnu_count(value)
+    if count is None or count > _UINTMAX:
         what = "bytes" if in_bytes else "lines"
-        return f"head: invalid number of {what}: '{value}'\n"
-    args.in_bytes = in_bytes
-    args.all_but = found.group(1) == "-"
-    args.count = int(found.group(2)) * _SIZE_SUFFIXES[found.group(3)]
+        too_large = "" if count is None else ": Value too large for defined data type"
+        return f"head: invalid number of {what}: '{value}'{too_large}\n"
+    args.in_bytes, args.all_but, args.count = in_bytes, all_but, count
     return None
+
+
+def _obsolete(args: _HeadArgs, arg: str) -> str | None:
+    """GNU's obsolete first option: ``-N`` then letters (``-5``, ``-2c``, ``-1v``, ``-3k``
+    for 3 KiB); an error message, or None."""
+    digits = re.match(r"-([0-9]+)", arg)
+    assert digits is not None
+    in_bytes, multiplier = False, ""
+    for letter in arg[digits.end() :]:
+        if letter in "cbkm":
+            in_bytes, multiplier = True, "" if letter == "c" else letter
+        elif letter == "l":
+            in_bytes = False
+        elif letter in "qv":
+            args.headers = letter == "v"
+        elif letter == "z":
+            args.delimiter = b"\0"
+        else:
+            return f"head: invalid trailing option -- {letter}\n{_HEAD_USAGE}"
+    return _head_count(args, digits.group(1) + multiplier, in_bytes)
+
+
+_HEAD_LONG = ("bytes", "lines", "quiet", "silent", "verbose", "zero-terminated", "help", "version")
+
+
+def _long_name(arg: str, names: tuple[str, ...], program: str, usage: str) -> str:
+    """The long option ``arg`` (``--lin=5``) names, as getopt_long reads it (any unambiguous
+    start of a name); else the error to print, which starts with the program's name."""
+    given = arg[2:].partition("=")[0]
+    if given in names:
+        return given
+    found = [name for name in names if name.startswith(given)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        choices = "".join(f" '--{name}'" for name in found)
+        return f"{program}: option '{arg}' is ambiguous; possibilities:{choices}\n{usage}"
+    return f"{program}: unrecognized option '{arg}'\n{usage}"
 
 
 def _head_parse(argv: list[str]) -> _HeadArgs | str:
     """GNU ``head``'s arguments (options anywhere, ``-5`` first), or the error to print."""
     args = _HeadArgs()
-    if argv and re.fullmatch(r"-\d+[cl]?", argv[0]):
-        error = _head_count(args, argv[0][1:].rstrip("cl"), argv[0].endswith("c"))
+    if argv and re.match(r"-[0-9]", argv[0]):
+        error = _obsolete(args, argv[0])
         if error:
             return error
         argv = argv[1:]
@@ -185,18 +306,21 @@ def _head_parse(argv: list[str]) -> _HeadArgs | str:
             continue
         count: tuple[str | None, bool, str] | None = None  # value, in bytes, if missing
         if arg.startswith("--"):
-            name, has_value, value = arg[2:].partition("=")
+            name = _long_name(arg, _HEAD_LONG, "head", _HEAD_USAGE)
+            if name not in _HEAD_LONG:
+                return name
+            _, has_value, value = arg.partition("=")
             if name in ("lines", "bytes"):
                 missing = f"option '--{name}' requires an argument"
                 count = (value if has_value else None, name == "bytes", missing)
-            elif name in ("quiet", "silent", "verbose") and not has_value:
+            elif has_value:
+                return f"head: option '--{name}' doesn't allow an argument\n{_HEAD_USAGE}"
+            elif name in ("quiet", "silent", "verbose"):
                 args.headers = name == "verbose"
-            elif name == "zero-terminated" and not has_value:
+            elif name == "zero-terminated":
                 args.delimiter = b"\0"
-            elif name in ("help", "version") and not has_value:
-                return name
             else:
-                return f"head: unrecognized option '{arg}'\n{_HEAD_USAGE}"
+                return name
         else:
             for at, flag in enumerate(arg[1:], 1):
                 if flag in "nc":
@@ -207,6 +331,8 @@ def _head_parse(argv: list[str]) -> _HeadArgs | str:
                     args.headers = flag == "v"
                 elif flag == "z":
                     args.delimiter = b"\0"
+                elif flag in "0123456789":
+                    return f"head: invalid trailing option -- {flag}\n{_HEAD_USAGE}"
                 else:
                     return f"head: invalid option -- '{flag}'\n{_HEAD_USAGE}"
         if count is not None:
@@ -215,7 +341,7 @@ def _head_parse(argv: list[str]) -> _HeadArgs | str:
                 if index == len(argv):
                     return f"head: {missing}\n{_HEAD_USAGE}"
                 given, index = argv[index], index + 1
-            error = _head_count(args, given, in_bytes)
+            error = _head_count(args, given, in_bytes, all_but=True)
             if error:
                 return error
     if not args.files:
@@ -233,8 +359,11 @@ def _source(ctx: Any, name: str) -> AsyncIterator[bytes]:
 
     Raises:
         FileNotFoundError: no such file.
+        NotADirectoryError: a file named as a directory (``f/``, ``f/x``).
         RuntimeError: another file the filesystem cannot read.
     """
+    if not name:
+        raise FileNotFoundError(name)
     path = posixpath.normpath(posixpath.join(str(ctx.cwd), name))
     if name == "-" or path == "/dev/stdin":
         return _stdin(ctx)
@@ -242,13 +371,18 @@ def _source(ctx: Any, name: str) -> AsyncIterator[bytes]:
     if device is not None:
         return _device(path, device)
     try:
-        return _once(bytes(ctx.fs.read_file(path)))
+        data = bytes(ctx.fs.read_file(path))
     except RuntimeError as exc:
-        if "directory" in str(exc):
+        if "not a directory" in str(exc):
+            raise NotADirectoryError(path) from exc
+        if "is a directory" in str(exc):
             return _Directory()
         if "not found" in str(exc):
             raise FileNotFoundError(path) from exc
         raise
+    if name.endswith("/"):  # a file named as a directory (normpath dropped the slash)
+        raise NotADirectoryError(path)
+    return _once(data)
 
 
 async def _stdin(ctx: Any) -> AsyncIterator[bytes]:
@@ -301,6 +435,8 @@ def head_command(cuts: list[Cut]) -> _Command:
                 source = _source(ctx, name)
             except FileNotFoundError:
                 reason = "No such file or directory"
+            except NotADirectoryError:
+                reason = "Not a directory"
             except RuntimeError as exc:
                 reason = str(exc)
             else:
@@ -386,6 +522,23 @@ _SEQ_BATCH = 8192
 """Numbers per write of ``seq`` counting itself."""
 
 
+_SEQ_USAGE = "Try 'seq --help' for more information.\n"
+
+_SEQ_ERRORS = re.compile(
+    r"^seq: (zero increment|missing operand|extra operand .*|option requires an argument .*"
+    r"|invalid option .*|unrecognized option .*)\n(?!Try )",
+    re.MULTILINE,
+)
+"""An error of bashkit's ``seq`` that GNU's words otherwise, or follows with its usage line."""
+
+
+def _seq_error(found: re.Match[str], argv: list[str]) -> str:
+    if found.group(1) == "zero increment":  # the increment is the second of three operands
+        step = argv[-2] if len(argv) >= 2 else "0"
+        return f"seq: invalid Zero increment value: '{step}'\n{_SEQ_USAGE}"
+    return found.group(0) + _SEQ_USAGE
+
+
 def seq_command(
     cuts: list[Cut],
     run: Callable[[list[str]], Awaitable[tuple[bytes, str, int]]],
@@ -402,10 +555,20 @@ def seq_command(
             numbers = [int(arg) for arg in argv]
             first = numbers[0] if len(numbers) > 1 else 1
             step = numbers[1] if len(numbers) == 3 else 1
-            if step != 0:
-                last = numbers[-1]
-                return await _count(ctx, cuts, range(first, last + (1 if step > 0 else -1), step))
+            if step == 0:
+                await _say(ctx, f"seq: invalid Zero increment value: '{argv[1]}'\n{_SEQ_USAGE}")
+                return 1
+            last = numbers[-1]
+            counted = range(first, last + (1 if step > 0 else -1), step)
+            if counted and len(argv) > 1 and first == 0 and argv[0].startswith("-"):
+                # GNU's prints a first "-0" as given (a float's negative zero), then 1, 2...
+                failed = await _write(ctx, "seq", b"-0\n")
+                if failed is not None:
+                    return failed
+                counted = counted[1:]
+            return await _count(ctx, cuts, counted)
         stdout, stderr, status = await run(argv)
+        stderr = _SEQ_ERRORS.sub(lambda found: _seq_error(found, argv), stderr)
         for start in range(0, len(stdout), _CHUNK):
             failed = await _write(ctx, "seq", stdout[start : start + _CHUNK])
             if failed is not None:
