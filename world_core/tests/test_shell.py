@@ -307,6 +307,12 @@ async def test_a_cap_is_seen_when_the_script_discards_its_stderr(script: str) ->
         ("seq 1 1000000 | head -n 2", "1\n2\n"),
         ("seq 1 1000000 | head -n 100000 | tail -1", "100000\n"),
         ("seq 1 300000 | tail -1", "300000\n"),  # integers: counted past bashkit's 100,000
+        # a reader done at the cap itself, or in the last write before it, is no cut either
+        ("yes | head -c 4194304 | wc -c", "4194304\n"),
+        ("yes | head -c 4194303 | wc -c", "4194303\n"),
+        ("seq 1 10000000 | head -n 2236415 | tail -1", "2236415\n"),
+        ("seq 1 10000000 | head -n 2236416 | tail -1", "2236416\n"),
+        ("head -c 16M /dev/zero | wc -c", "16777216\n"),
     ],
 )
 async def test_a_reader_that_stops_early_is_no_cut(script: str, stdout: str) -> None:

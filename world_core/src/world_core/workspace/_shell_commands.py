@@ -49,15 +49,16 @@ __all__ = [
 ]
 
 YES_MAX_BYTES = 4 << 20
-"""The most ``yes`` writes (2 million lines of ``y``) before its output counts as cut short; a
-reader that stops before (``head``) ends it sooner, with no cut. Kept small because many of
-bashkit's commands read all their input before they write (``yes | sed s/y/n/ | head -2``
-runs ``yes`` to this cap: about 2 s through ``sed``, and a cut)."""
+"""The most of ``yes``'s output (2 million lines of ``y``) its reader may take: one that takes
+a chunk more is a cut; a reader that stops at or before it (``head -c 4M``) ends it with no
+cut. Kept small because many of bashkit's commands read all their input before they write
+(``yes | sed s/y/n/ | head -2`` runs ``yes`` to this cap: about 2 s through ``sed``, and a
+cut)."""
 
 STREAM_MAX_BYTES = 16 << 20
 """The most ``head`` reads from an endless device (``/dev/zero``, ``/dev/urandom``), and
-``seq`` writes of the integers it counts (about 2 million), before the output counts as cut
-short (``head -c 20M /dev/zero``, ``seq 1 10000000 | tail -1``)."""
+the most of the integers ``seq`` counts (about 2 million) its reader may take, before the
+output counts as cut short (``head -c 20M /dev/zero``, ``seq 1 10000000 | tail -1``)."""
 
 _CHUNK = 1 << 16
 """Bytes per write of ``yes`` (a pipe's buffer): a reader that stops early is seen after at
@@ -135,10 +136,12 @@ def yes_command(cuts: list[Cut]) -> _Command:
         line = (" ".join(words) if words else "y").encode("utf-8", "surrogateescape") + b"\n"
         chunk = line * max(1, _CHUNK // len(line))
         written = 0
-        while written < YES_MAX_BYTES:
+        while True:
             status = await _write(ctx, "yes", chunk)
             if status is not None:
                 return status
+            if written >= YES_MAX_BYTES:  # its reader took more than the cap: not done early
+                break
             written += len(chunk)
         detail = f"yes: output limit ({YES_MAX_BYTES} bytes) exceeded; output truncated"
         cuts.append(("engine", detail))
@@ -586,14 +589,14 @@ def seq_command(
 async def _count(ctx: Any, cuts: list[Cut], numbers: range) -> int:
     written = 0
     for start in range(0, len(numbers), _SEQ_BATCH):
-        if written >= STREAM_MAX_BYTES:
-            detail = f"seq: output limit ({STREAM_MAX_BYTES} bytes) exceeded; output truncated"
-            cuts.append(("engine", detail))
-            await _say(ctx, detail + "\n")
-            return 1
         batch = "".join(f"{number}\n" for number in numbers[start : start + _SEQ_BATCH])
         failed = await _write(ctx, "seq", batch.encode())
         if failed is not None:
             return failed
+        if written >= STREAM_MAX_BYTES:  # its reader took more than the cap: not done early
+            detail = f"seq: output limit ({STREAM_MAX_BYTES} bytes) exceeded; output truncated"
+            cuts.append(("engine", detail))
+            await _say(ctx, detail + "\n")
+            return 1
         written += len(batch)
     return 0
