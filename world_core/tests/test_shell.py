@@ -328,6 +328,27 @@ async def test_a_reader_that_stops_early_is_no_cut(script: str, stdout: str) -> 
 @pytest.mark.parametrize(
     ("script", "stdout"),
     [
+        ("seq 10000 | head -n 1; echo ${PIPESTATUS[@]}", "1\n0 0\n"),
+        ("set -o pipefail; seq 10000 | head -n 2 >/dev/null; echo $?", "0\n"),
+        ("seq 10000 | head -n 9000 | head -n 1; echo ${PIPESTATUS[@]}", "1\n0 0 0\n"),
+        ("seq 100000 | head -n 1; echo ${PIPESTATUS[@]}", "1\n141 0\n"),  # past the pipe
+        ("yes | head -n 1; echo ${PIPESTATUS[@]}", "y\n141 0\n"),
+    ],
+)
+async def test_a_writer_whose_output_fits_in_a_pipe_ends_well(script: str, stdout: str) -> None:
+    """A pipe holds 64 KiB: a real writer of less puts it all there and ends with status 0,
+    however early its reader stops (``seq 10000 | head -n 1``: 48,894 bytes). Ours are
+    handed on write by write, and ``seq`` and ``head`` ended with ``SIGPIPE`` (141) when the
+    reader was gone before their second write; under ``set -o pipefail`` the pipeline then
+    failed. Now a write past a gone reader ends the writer only beyond 64 KiB written."""
+    result = await run(script)
+    assert result.limit is None, result
+    assert (result.stdout, result.exit_code) == (stdout, 0)
+
+
+@pytest.mark.parametrize(
+    ("script", "stdout"),
+    [
         ("head -c 2000000 /dev/zero | wc -c", "2000000\n"),
         ("head -c 3M /dev/zero | tr -d '\\0' | wc -c", "0\n"),
         ("head -c 20000 /dev/urandom | wc -c", "20000\n"),

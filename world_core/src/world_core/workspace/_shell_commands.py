@@ -73,17 +73,30 @@ Cut = tuple[Limit, str]
 _Command = Callable[[Any], Awaitable[int]]
 
 
-async def _write(ctx: Any, name: str, data: bytes) -> int | None:
-    """Write ``data`` to the command's stdout: None once written, else the command's status
-    (its reader went away: ``SIGPIPE``; or the write failed)."""
-    try:
-        await ctx.stdout.write(data)
-    except BrokenPipeError:
-        return _SIGPIPE_STATUS
-    except RuntimeError as exc:  # "file too large" (EFBIG), a full filesystem
-        await _say(ctx, f"{name}: write error: {exc}\n")
-        return 1
-    return None
+_PIPE_BYTES = 1 << 16
+"""What a pipe holds: a real writer of no more than this puts it all there and ends well,
+however early its reader stops (``seq 10000 | head -n 1``, 48,894 bytes, ends with 0)."""
+
+
+class _Stdout:
+    """A command's stdout, written as a real writer's into a pipe."""
+
+    def __init__(self, ctx: Any, name: str) -> None:
+        self._ctx, self._name, self._sent = ctx, name, 0
+
+    async def write(self, data: bytes) -> int | None:
+        """Write ``data``: None once written, else the command's status (its reader went away
+        past what the pipe would have held: ``SIGPIPE``; or the write failed)."""
+        self._sent += len(data)
+        try:
+            await self._ctx.stdout.write(data)
+        except BrokenPipeError:
+            # ours are handed on write by write: a real one would have had them in the pipe
+            return None if self._sent <= _PIPE_BYTES else _SIGPIPE_STATUS
+        except RuntimeError as exc:  # "file too large" (EFBIG), a full filesystem
+            await _say(self._ctx, f"{self._name}: write error: {exc}\n")
+            return 1
+        return None
 
 
 async def _say(ctx: Any, text: str) -> None:
@@ -126,18 +139,19 @@ def yes_command(cuts: list[Cut]) -> _Command:
     """``yes``, streaming until its reader is done; past :data:`YES_MAX_BYTES`, a cut."""
 
     async def yes(ctx: Any) -> int:
+        out = _Stdout(ctx, "yes")
         words = _yes_words(list(ctx.argv))
         if isinstance(words, str):  # --help, --version, or an error
             if words in ("help", "version"):
                 text = _YES_HELP if words == "help" else "yes (world) 1.0\n"
-                return await _write(ctx, "yes", text.encode()) or 0
+                return await out.write(text.encode()) or 0
             await _say(ctx, words)
             return 1
         line = (" ".join(words) if words else "y").encode("utf-8", "surrogateescape") + b"\n"
         chunk = line * max(1, _CHUNK // len(line))
         written = 0
         while True:
-            status = await _write(ctx, "yes", chunk)
+            status = await out.write(chunk)
             if status is not None:
                 return status
             if written >= YES_MAX_BYTES:  # its reader took more than the cap: not done early
@@ -423,11 +437,12 @@ def head_command(cuts: list[Cut]) -> _Command:
     printed 1048576)."""
 
     async def head(ctx: Any) -> int:
+        out = _Stdout(ctx, "head")
         args = _head_parse(list(ctx.argv))
         if args == "help":
-            return await _write(ctx, "head", _HEAD_HELP.encode()) or 0
+            return await out.write(_HEAD_HELP.encode()) or 0
         if args == "version":
-            return await _write(ctx, "head", b"head (world) 1.0\n") or 0
+            return await out.write(b"head (world) 1.0\n") or 0
         if isinstance(args, str):
             await _say(ctx, args)
             return 1
@@ -452,11 +467,11 @@ def head_command(cuts: list[Cut]) -> _Command:
                 shown = "standard input" if name == "-" else name
                 title = f"{chr(10) if titled else ''}==> {shown} <==\n"
                 titled = True
-                failed = await _write(ctx, "head", title.encode("utf-8", "surrogateescape"))
+                failed = await out.write(title.encode("utf-8", "surrogateescape"))
                 if failed is not None:
                     return failed
             try:
-                failed = await _head_one(ctx, args, source)
+                failed = await _head_one(out, args, source)
             except IsADirectoryError:
                 await _say(ctx, f"head: error reading '{name}': Is a directory\n")
                 status = 1
@@ -476,7 +491,7 @@ def head_command(cuts: list[Cut]) -> _Command:
     return head
 
 
-async def _head_one(ctx: Any, args: _HeadArgs, chunks: AsyncIterator[bytes]) -> int | None:
+async def _head_one(out: _Stdout, args: _HeadArgs, chunks: AsyncIterator[bytes]) -> int | None:
     """Write the head of one operand; None, or the status to end with."""
     if args.all_but:
         data = b"".join([chunk async for chunk in chunks])
@@ -492,7 +507,7 @@ async def _head_one(ctx: Any, args: _HeadArgs, chunks: AsyncIterator[bytes]) -> 
             kept = data[: cut + 1] if cut >= 0 else b""
             if args.count == 0:
                 kept = data
-        return await _write(ctx, "head", kept) if kept else None
+        return await out.write(kept) if kept else None
     left = args.count
     if left == 0:
         return None
@@ -511,7 +526,7 @@ async def _head_one(ctx: Any, args: _HeadArgs, chunks: AsyncIterator[bytes]) -> 
                 left -= 1
             part = chunk[:end]
         if part:
-            failed = await _write(ctx, "head", part)
+            failed = await out.write(part)
             if failed is not None:
                 return failed
         if left == 0:
@@ -553,6 +568,7 @@ def seq_command(
     line ``cap_of`` finds in its stderr: a cut, unless its reader went away before the end."""
 
     async def seq(ctx: Any) -> int:
+        out = _Stdout(ctx, "seq")
         argv = list(ctx.argv)
         if 1 <= len(argv) <= 3 and all(_INTEGER.fullmatch(arg) for arg in argv):
             numbers = [int(arg) for arg in argv]
@@ -565,15 +581,15 @@ def seq_command(
             counted = range(first, last + (1 if step > 0 else -1), step)
             if counted and len(argv) > 1 and first == 0 and argv[0].startswith("-"):
                 # GNU's prints a first "-0" as given (a float's negative zero), then 1, 2...
-                failed = await _write(ctx, "seq", b"-0\n")
+                failed = await out.write(b"-0\n")
                 if failed is not None:
                     return failed
                 counted = counted[1:]
-            return await _count(ctx, cuts, counted)
+            return await _count(ctx, out, cuts, counted)
         stdout, stderr, status = await run(argv)
         stderr = _SEQ_ERRORS.sub(lambda found: _seq_error(found, argv), stderr)
         for start in range(0, len(stdout), _CHUNK):
-            failed = await _write(ctx, "seq", stdout[start : start + _CHUNK])
+            failed = await out.write(stdout[start : start + _CHUNK])
             if failed is not None:
                 return failed
         cap = cap_of(stderr)
@@ -586,11 +602,11 @@ def seq_command(
     return seq
 
 
-async def _count(ctx: Any, cuts: list[Cut], numbers: range) -> int:
+async def _count(ctx: Any, out: _Stdout, cuts: list[Cut], numbers: range) -> int:
     written = 0
     for start in range(0, len(numbers), _SEQ_BATCH):
         batch = "".join(f"{number}\n" for number in numbers[start : start + _SEQ_BATCH])
-        failed = await _write(ctx, "seq", batch.encode())
+        failed = await out.write(batch.encode())
         if failed is not None:
             return failed
         if written >= STREAM_MAX_BYTES:  # its reader took more than the cap: not done early
