@@ -174,3 +174,55 @@ def test_a_url_given_as_the_world_never_shows_its_password() -> None:
         resolve_world("postgresql://postgres:sekret@127.0.0.1:1/postgres")
     assert "sekret" not in str(caught.value)
     assert "***" in str(caught.value)
+
+
+def test_a_module_that_raises_on_import_is_named_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module whose own code fails (not an ImportError) is a configuration error naming the
+    module, the exception and where it was raised, not a raw traceback."""
+    (tmp_path / "raising_factory_mod.py").write_text('raise RuntimeError("API_KEY is missing")\n')
+    (tmp_path / "broken_syntax_mod.py").write_text("def f(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigurationError) as info:
+        resolve_world("raising_factory_mod:connect")
+    message = str(info.value)
+    assert "importing 'raising_factory_mod' raised RuntimeError: API_KEY is missing" in message
+    assert "raising_factory_mod.py:1" in message
+    assert "(from target=)" in message
+    with pytest.raises(ConfigurationError, match=r"raised SyntaxError.*broken_syntax_mod\.py:1"):
+        resolve_world("broken_syntax_mod:connect")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("os:path", "is a module, not a World factory"),
+        ("json:dumps", "cannot be called with url= and namespace="),
+        ("os:getcwd", "cannot be called with url= and namespace="),
+        ("builtins:dict", "returned a dict, not an awaitable"),
+    ],
+)
+async def test_a_target_that_is_no_world_factory_is_refused(spec: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        async with open_world(spec):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [("WORLD_TARGET_WORLD", "WORKFLOW_TARGET_WORLD"), ("WORLD_NAMESPACE", "WORKFLOW_NAMESPACE")],
+)
+async def test_a_misspelled_variable_is_refused_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, meant: str
+) -> None:
+    """``WORLD_TARGET_WORLD=postgres`` with the real variable unset would quietly open the
+    local World (another store than the one named): refused, naming both variables."""
+    monkeypatch.delenv("WORKFLOW_TARGET_WORLD", raising=False)
+    monkeypatch.delenv("WORKFLOW_NAMESPACE", raising=False)
+    monkeypatch.setenv(variable, "postgres")
+    with pytest.raises(ConfigurationError) as info:
+        async with open_world(url=str(tmp_path / "w")):
+            pass
+    assert f"{meant} is unset, but {variable} is set: did you mean {meant}?" in str(info.value)
+    assert _entries(tmp_path) == []
