@@ -329,6 +329,33 @@ async def test_world_signal_as_a_command(world: World, folder: str) -> None:
     assert sent.returncode == 0, sent.stderr
     assert await _finish(world, _Waiter()) == ["done"]
     assert await client.reply("s", turn) == "ok from ops"
+    # A mistyped session is refused: it made a session holding only the signal (exit 0).
+    typo = await anyio.to_thread.run_sync(_world_cli, folder, "signal", "s-typo", "paid")
+    assert typo.returncode == 2
+    assert "session 's-typo' has no events" in typo.stderr
+    assert await world.log.tail(session_log_id("s-typo")) == 0
+    listed = (await world.log.list_logs(prefix="session/")).items
+    assert [info.log_id for info in listed] == [session_log_id("s")]
+
+
+async def test_a_signal_to_a_turn_that_is_over_is_refused(world: World) -> None:
+    """Addressed to a turn that has its reply (or failure), a signal would wait in the log
+    for a wait that never comes: refused, naming the turn, and nothing written."""
+    client = Client(world)
+    turn = await client.submit("s", "wait")
+    assert await _finish_once(world) == "suspended"
+    await client.signal("s", "paid", "ok", sender="ops", signal_id="p1", turn_id=turn)
+    assert await _finish(world, _Waiter()) == ["done"]
+    assert await client.reply("s", turn) == "ok from ops"
+    tail = await world.log.tail(session_log_id("s"))
+    # The same signal again (a webhook's retry) still counts once, without an error.
+    await client.signal("s", "paid", "ok", sender="ops", signal_id="p1", turn_id=turn)
+    with pytest.raises(InvalidArgumentError, match=f"turn {turn!r} of session 's' is over"):
+        await client.signal("s", "paid", "late", sender="ops", turn_id=turn)
+    assert await world.log.tail(session_log_id("s")) == tail
+    # To the session (no turn) it is kept for the next wait of its name, as promised.
+    await client.signal("s", "paid", "next", sender="ops")
+    assert await world.log.tail(session_log_id("s")) == tail + 1
 
 
 class _Swallower(Agent):
