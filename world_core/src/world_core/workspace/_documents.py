@@ -95,7 +95,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from world_core.errors import (
     ConflictError,
@@ -453,7 +453,28 @@ def _to_model(model: type[M], head: _Head, session_id: str) -> M | None:
                 stored=head.schema,
                 current=current,
             ) from exc
-    return model.model_validate(raw)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        if head.schema < current:
+            why = f"{model.__name__}.migrate(value, from_version={head.schema}) returned"
+            fix = "fix migrate"
+        else:
+            why = "it holds"
+            fix = (
+                f"if {model.__name__} changed, raise its schema_version (now {current}) and "
+                "give it a migrate(value, from_version) that converts the stored value"
+            )
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the value"
+        raise DocumentSchemaError(
+            f"document {head.name!r} of session {session_id!r} (version {head.version}, "
+            f"schema version {head.schema}) does not fit {model.__name__}: {why} a value "
+            f"with {exc.error_count()} error(s), first at {where}: {first['msg']}; {fix}",
+            document=head.name,
+            stored=head.schema,
+            current=current,
+        ) from exc
 
 
 def _check_writable(head: _Head, schema: int, model: str, session_id: str) -> None:
