@@ -316,6 +316,35 @@ async def test_sigterm_releases_the_running_turn(world: World, folder: str, tmp_
     assert await client.reply("s", turn) == "finished"
 
 
+async def test_ctrl_c_says_what_it_does_and_a_second_one_releases_the_turn_now(
+    world: World, folder: str, tmp_path: Path
+) -> None:
+    """Ctrl-C in a turn: the worker says it is finishing the turn (it sat silent through its
+    grace) and how to stop now; a second Ctrl-C cancels the turn and releases its message at
+    once (it raised KeyboardInterrupt past the worker, leaving the message held until its
+    lease ran out: here 600 s, far past WAIT)."""
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    process = _worker_process(folder, tmp_path, "--lease", "600", "--grace", "600")
+    try:
+        await _until((tmp_path / "inside").exists, "the worker entering the turn")
+        process.send_signal(signal.SIGINT)
+        await _until(lambda: "SIGINT again stops it now" in _stderr(tmp_path), "the notice")
+        assert process.poll() is None  # still in its grace
+        process.send_signal(signal.SIGINT)
+        await _until(lambda: process.poll() is not None, "the worker exiting")
+        assert process.returncode == 0, _stderr(tmp_path)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(WAIT)
+    assert "stopping now; the running turn is released" in _stderr(tmp_path)
+    result = await Worker(world, build_quick(), lease=60, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "done"
+    assert await client.reply("s", turn) == "finished"
+
+
 async def test_sigterm_stops_an_idle_worker(folder: str, tmp_path: Path) -> None:
     process = _worker_process(folder, tmp_path)
     await _stop(process, tmp_path, ready=lambda: "waiting for turns" in _stderr(tmp_path))

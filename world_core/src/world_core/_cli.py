@@ -196,7 +196,7 @@ async def _worker(args: argparse.Namespace) -> int:
             def ready() -> None:
                 print(
                     f"world worker {worker.name}: waiting for turns on queue {worker.queue!r} "
-                    "(SIGTERM or Ctrl-C stops it after the current turn)",
+                    "(SIGTERM or Ctrl-C stops it after the current turn; twice: now)",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -40,7 +40,7 @@ step it stopped at) that :meth:`Client.wait <world_core.Client.wait>` raises as
 On SIGTERM or SIGINT, :meth:`Worker.run` stops claiming at once (a claim waiting for work is
 cancelled; a message claimed as the signal came is released), gives the running turn
 ``grace`` seconds to finish, then cancels it and releases its message so another worker takes
-it now.
+it now. Each step is logged as a warning; a second signal ends the grace at once.
 """
 
 from __future__ import annotations
@@ -285,6 +285,7 @@ class Worker:
         self.name = validate_id(name or f"{socket.gethostname()}-{os.getpid()}", "worker name")
         self.crash = crash_point_from_env() if crash == "env" else crash
         self.grace = validate_duration(grace, "grace")
+        self._stop_now: anyio.Event | None = None  # set by a second SIGTERM/SIGINT in run()
         self.retry_delay = validate_duration(retry_delay, "retry_delay")
         self.max_attempts = max_attempts
         self.history_limits = (
@@ -346,7 +347,8 @@ class Worker:
         prepared: _Prepared | None = None  # kept over claims that found no turn
         async with anyio.create_task_group() as tg:
             if signals:
-                await tg.start(_stop_on_signals, stop)
+                self._stop_now = anyio.Event()
+                await tg.start(_stop_on_signals, stop, self._stop_now, self.grace)
             if on_ready is not None:
                 on_ready()
             while not stop.is_set():
@@ -520,7 +522,12 @@ class Worker:
             async def on_stop(event: anyio.Event) -> None:
                 nonlocal shutdown
                 await event.wait()
-                await anyio.sleep(self.grace)
+                hurry = self._stop_now
+                with anyio.move_on_after(self.grace):
+                    if hurry is None:
+                        await anyio.sleep_forever()
+                    else:
+                        await hurry.wait()  # a second signal: no more grace
                 shutdown = True
                 tg.cancel_scope.cancel()
 
@@ -961,11 +968,29 @@ class _Observing:
 
 
 async def _stop_on_signals(
-    stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    stop: anyio.Event,
+    now: anyio.Event,
+    grace: float,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
+    """The first SIGTERM/SIGINT sets ``stop`` (the running turn gets ``grace`` seconds), the
+    next one ``now`` (it is released at once). Listens until cancelled: a second Ctrl-C
+    meets this receiver, not Python's default handler, which would raise KeyboardInterrupt
+    wherever the loop was and leave the turn's message held until its lease ran out."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
         task_status.started()
         async for signum in received:
-            log.info("signal %s: finishing the current turn, then stopping", signum)
-            stop.set()
-            return
+            name = signal.Signals(signum).name
+            if not stop.is_set():
+                log.warning(
+                    "%s: stopping; a running turn gets up to %g s (grace) to finish. %s again "
+                    "stops it now: its message is released for another worker",
+                    name,
+                    grace,
+                    name,
+                )
+                stop.set()
+            elif not now.is_set():
+                log.warning("%s again: stopping now; the running turn is released", name)
+                now.set()
