@@ -68,6 +68,9 @@ def policy(request: ModelRequest) -> ModelReply:
     return ModelReply(tool_calls=[call])
 
 
+QUICK_DESCRIPTION = "Signal that the turn is running, then wait."
+
+
 def build_quick() -> Agent:
     """journal_support's agent with a wait_here that returns at once. Same name and
     description: the tool schemas are part of the model's input, so another docstring would
@@ -80,7 +83,7 @@ def build_quick() -> Agent:
         return_now,
         replay="safe",
         name="wait_here",
-        description="Signal that the turn is running, then wait.",
+        description=QUICK_DESCRIPTION,
     )
     return Agent(model=ScriptedModel(policy), tools=[quick])
 
@@ -339,6 +342,32 @@ async def test_ctrl_c_says_what_it_does_and_a_second_one_releases_the_turn_now(
             process.kill()
         process.wait(WAIT)
     assert "stopping now; the running turn is released" in _stderr(tmp_path)
+    result = await Worker(world, build_quick(), lease=60, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "done"
+    assert await client.reply("s", turn) == "finished"
+
+
+async def test_a_turn_cancelled_from_outside_is_released_at_once(world: World) -> None:
+    """A worker cancelled in a turn (Ctrl-C of ``world worker --once``, an app shutting its
+    task group down) hands the message back: another worker claims it now, not after the
+    lease (600 s here; it was held that long)."""
+    inside = anyio.Event()
+
+    async def wait(label: str) -> str:
+        inside.set()
+        await anyio.sleep_forever()
+        return label
+
+    waiting = tool(wait, replay="safe", name="wait_here", description=QUICK_DESCRIPTION)
+    agent = Agent(model=ScriptedModel(policy), tools=[waiting])
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(Worker(world, agent, lease=600, crash=None).run_once, wait=WAIT))
+            await inside.wait()
+            tg.cancel_scope.cancel()
     result = await Worker(world, build_quick(), lease=60, crash=None).run_once(wait=WAIT)
     assert result is not None
     assert result.status == "done"

@@ -438,6 +438,12 @@ class Worker:
                 )
             except BaseException as exc:  # a cancellation, a simulated crash: raised as it came
                 stopped = exc
+                if isinstance(exc, anyio.get_cancelled_exc_class() | KeyboardInterrupt):
+                    # Cancelled from outside (Ctrl-C of `world worker --once`, an app's
+                    # shutdown): hand the turn back now rather than hold it for its lease.
+                    # (A lease already settled or lost refuses this: nothing happens.)
+                    with anyio.move_on_after(OBSERVER_CLOSE_SECONDS, shield=True):
+                        await self._settle(lease, ack=False)
             else:
                 await watch.end(result)
             observing.cancel_scope.cancel()
@@ -984,13 +990,13 @@ async def _stop_on_signals(
             name = signal.Signals(signum).name
             if not stop.is_set():
                 log.warning(
-                    "%s: stopping; a running turn gets up to %g s (grace) to finish. %s again "
-                    "stops it now: its message is released for another worker",
+                    "signal %s: finishing the current turn (up to %g s, the grace), then "
+                    "stopping; %s again stops it now: its message is released for another worker",
                     name,
                     grace,
                     name,
                 )
                 stop.set()
             elif not now.is_set():
-                log.warning("%s again: stopping now; the running turn is released", name)
+                log.warning("signal %s again: stopping now; the running turn is released", name)
                 now.set()
