@@ -35,6 +35,7 @@ from world_core import (
     tool,
 )
 from world_core.errors import ConfigurationError, InvalidArgumentError, ToolError
+from world_core.observe import list_sessions
 
 pytestmark = pytest.mark.anyio
 
@@ -469,3 +470,28 @@ async def test_waiting_again_for_a_child_that_ended_gets_its_end(world: World) -
     # The replay reads both ends back the same way.
     replay = await Journal.open(world, "parent", turn)
     assert await _LooksTwice().run_turn(replay) == f"{expected} / {expected}"
+
+
+async def test_world_sessions_says_whose_child_run_a_session_is(world: World, folder: str) -> None:
+    """A child run is a session of its own, listed with the sessions users started: it is
+    marked with the turn that started it (it was a bare row, ``child-<hex>``, of no one)."""
+    client = Client(world)
+    turn = await client.submit("parent", "fetch the report")
+    worker = Worker(world, _LooksTwice(), lease=2, crash=None)
+    with anyio.fail_after(WAIT):
+        while await client.status("parent", turn) != "done":
+            assert await worker.run_once(wait=WAIT) is not None
+    page = await list_sessions(world, order="id")
+    parents = {s.session: s.parent for s in page.sessions}
+    assert len(parents) == 2
+    assert parents.pop("parent") is None
+    [(child, parent)] = parents.items()
+    assert child.startswith("child-")
+    assert parent == f"parent/{turn}"
+    listed = await anyio.to_thread.run_sync(_world_cli, folder, "sessions")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[-2:] == ["child", "of"]
+    by_session = {row.split()[0]: row.split() for row in rows}
+    assert by_session[child][-1] == f"parent/{turn}"
+    assert by_session["parent"][-1] == turn  # its last turn ends the row: no parent
