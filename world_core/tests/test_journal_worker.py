@@ -229,6 +229,36 @@ def test_worker_command_refuses_a_bad_agent(tmp_path: Path) -> None:
         assert list(tmp_path.iterdir()) == []  # refused before opening any World
 
 
+def test_worker_command_refuses_options_it_would_ignore_or_misread(tmp_path: Path) -> None:
+    """--wait and --json only mean something with --once (they were ignored without it), and
+    a --wait that is no duration was taken for 0 (negative) or claimed once (NaN)."""
+    for extra, message in [
+        (("--wait", "5"), "--wait is for --once"),
+        (("--json",), "--json is for --once"),
+        (("--once", "--wait", "-1"), "--wait must be a finite number of seconds >= 0"),
+        (("--once", "--wait", "nan"), "--wait must be a finite number of seconds >= 0"),
+    ]:
+        command = [sys.executable, "-m", "world_core._cli", "worker"]
+        done = subprocess.run(
+            [*command, "--agent", "world_core:Agent", *extra],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (extra, done.stdout, done.stderr)
+        assert message in done.stderr
+        assert list(tmp_path.iterdir()) == []  # refused before opening any World
+
+
+async def test_run_once_refuses_a_wait_that_is_no_duration(world: World) -> None:
+    worker = Worker(world, echo_agent(), crash=None)
+    for wait in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidArgumentError, match="wait must be a finite number"):
+            await worker.run_once(wait=wait)
+
+
 async def test_lost_lease_cancels_the_turn(world: World, folder: str) -> None:
     """The worker's event loop stalls past its lease (a tool blocking it); another worker
     claims the turn meanwhile; the next renewal finds the lease lost and cancels the turn."""

@@ -36,10 +36,15 @@ from world_core._cli_replay import register as register_replay_commands
 from world_core._cli_waits import register as register_wait_commands
 from world_core._interrupt import run_command
 from world_core._select import list_worlds, load_attr, open_world
-from world_core.errors import ConfigurationError, TurnNotReadyError, WorldError
+from world_core.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    TurnNotReadyError,
+    WorldError,
+)
 from world_core.journal._delete import delete_session
 from world_core.journal._session import session_log_id
-from world_core.spi import validate_id
+from world_core.spi import validate_duration, validate_id
 
 __all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "for_the_command_line", "main", "run"]
 
@@ -180,6 +185,13 @@ def _load_agent_factory(spec: str) -> Callable[[], Any]:
 async def _worker(args: argparse.Namespace) -> int:
     from world_core.journal._worker import Worker
 
+    if not args.once and (args.wait is not None or args.json):
+        given = "--wait" if args.wait is not None else "--json"
+        raise InvalidArgumentError(
+            f"world worker: {given} is for --once (one turn, then exit); without --once the "
+            "worker runs until stopped: add --once or drop it"
+        )
+    wait = 30.0 if args.wait is None else validate_duration(args.wait, "--wait")
     factory = _load_agent_factory(args.agent)
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
         worker = Worker(
@@ -203,7 +215,7 @@ async def _worker(args: argparse.Namespace) -> int:
 
             await worker.run(on_ready=ready)
             return 0
-        result = await worker.run_once(wait=args.wait)
+        result = await worker.run_once(wait=wait)
     if result is None:
         print(json.dumps({"status": "idle"}) if args.json else "no turn came")
         return 3
@@ -269,7 +281,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds one attempt of a turn may run before its failure is recorded",
     )
     worker.add_argument("--once", action="store_true", help="run one turn, then exit")
-    worker.add_argument("--wait", type=float, default=30.0, help="with --once: seconds to wait")
+    worker.add_argument("--wait", type=float, help="with --once: seconds to wait for a turn (30)")
     worker.add_argument("--json", action="store_true", help="with --once: print the result")
     worker.set_defaults(run=lambda args: run_command(_worker, args))
     delete = sub.add_parser(

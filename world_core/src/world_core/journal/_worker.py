@@ -318,7 +318,13 @@ class Worker:
 
         A signal's check (see :meth:`Client.signal <world_core.Client.signal>`) claimed
         meanwhile is handled (or released for a later try, after a fault) and the wait goes
-        on: it is not a turn."""
+        on: it is not a turn.
+
+        Raises:
+            InvalidArgumentError: ``wait`` is not a finite number of seconds >= 0 (NaN made
+                it claim once without waiting; a negative one was taken for 0).
+        """
+        wait = validate_duration(wait, "wait")
         prepared = self._prepare()
         deadline = time.monotonic() + wait
         while True:
