@@ -252,6 +252,41 @@ def test_worker_command_refuses_options_it_would_ignore_or_misread(tmp_path: Pat
         assert list(tmp_path.iterdir()) == []  # refused before opening any World
 
 
+async def test_worker_command_builds_its_agent_before_taking_a_turn(
+    world: World, folder: str, tmp_path: Path
+) -> None:
+    """A factory that cannot build the agent stops ``world worker`` at once, with the cause,
+    and the turn stays queued: it was claimed and retried (and at last failed) for what was
+    the worker's fault. An agent that is a TurnAgent but not an Agent is taken as it is (it
+    was refused as 'neither an Agent nor a factory')."""
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    )
+    command = [sys.executable, "-m", "world_core._cli", "worker", "--once", "--wait", "5"]
+    command += ["--world", "local", "--url", folder, "--namespace", "worker"]
+
+    def run(agent: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, "--agent", agent],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    broken = await anyio.to_thread.run_sync(run, "journal_support:build_without_key")
+    assert broken.returncode == 2, broken.stderr
+    assert "building the agent raised RuntimeError: OPENAI_API_KEY is not set" in broken.stderr
+    assert await client.status("s", turn) == "queued"
+    assert await world.queue.dead_letters("turns") == []
+    done = await anyio.to_thread.run_sync(run, "journal_support:replying")
+    assert done.returncode == 0, done.stderr
+    assert await client.reply("s", turn) == "finished"
+
+
 async def test_run_once_refuses_a_wait_that_is_no_duration(world: World) -> None:
     worker = Worker(world, echo_agent(), crash=None)
     for wait in (-1.0, float("nan"), float("inf")):

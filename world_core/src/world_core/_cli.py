@@ -173,13 +173,39 @@ def _load_agent_factory(spec: str) -> Callable[[], Any]:
     target: Any = load_attr(spec, "--agent")
     from world_core.journal._agent import Agent
 
-    if isinstance(target, Agent):
-        agent: Agent = target
+    if isinstance(target, Agent) or (
+        not isinstance(target, type) and callable(getattr(target, "run_turn", None))
+    ):
+        agent: Any = target  # an Agent, or any TurnAgent (WorldAgent, DurableAgent, ...)
         return lambda: agent
     if not callable(target):
         raise ConfigurationError(f"--agent {spec!r} is neither an Agent nor a factory of one")
     factory: Callable[[], Any] = target
     return factory
+
+
+def _first_agent(spec: str, factory: Callable[[], Any]) -> Callable[[], Any]:
+    """Build the agent once before taking any turn, so that a factory that cannot build it (a
+    missing API key, a typo) stops ``world worker`` at once, rather than failing (or retrying)
+    every turn it claims; the turns then get that agent first, then the factory's.
+
+    Raises:
+        ConfigurationError: the factory raised, or built something without ``run_turn``.
+    """
+    try:
+        built = factory()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"--agent {spec!r}: building the agent raised {type(exc).__name__}: {exc}; fix it "
+            "(no turn was taken)"
+        ) from exc
+    if isinstance(built, type) or not callable(getattr(built, "run_turn", None)):
+        raise ConfigurationError(
+            f"--agent {spec!r} returned a {type(built).__name__!r} object, not an agent (one "
+            "with async run_turn(journal), such as an Agent); no turn was taken"
+        )
+    first = [built]
+    return lambda: first.pop() if first else factory()
 
 
 async def _worker(args: argparse.Namespace) -> int:
@@ -192,7 +218,7 @@ async def _worker(args: argparse.Namespace) -> int:
             "worker runs until stopped: add --once or drop it"
         )
     wait = 30.0 if args.wait is None else validate_duration(args.wait, "--wait")
-    factory = _load_agent_factory(args.agent)
+    factory = _first_agent(args.agent, _load_agent_factory(args.agent))
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
         worker = Worker(
             world,
@@ -263,7 +289,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run turns from the queue with an agent (CRASH_AT=<step>:<before_run|after_run> "
         "kills it at that point)",
     )
-    worker.add_argument("--agent", required=True, help="module:attr of an Agent or its factory")
+    worker.add_argument(
+        "--agent",
+        required=True,
+        help="module:attr of an agent (an Agent, or any object with async run_turn) or its "
+        "factory, which is called once before the first claim (an error stops the worker)",
+    )
     add_world_options(worker)
     worker.add_argument("--queue", default="turns", help="queue to claim turns from")
     worker.add_argument("--lease", type=float, default=30.0, help="lease seconds")
