@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -351,11 +352,18 @@ async def _stop(
     process: subprocess.Popen[bytes], tmp_path: Path, ready: Callable[[], bool]
 ) -> None:
     """Wait until ``ready()``, SIGTERM the worker, expect a clean exit; never leak it."""
-    try:
+    with _reaped(process):
         await _until(ready, "the worker getting ready")
         process.send_signal(signal.SIGTERM)
         await _until(lambda: process.poll() is not None, "the worker exiting")
         assert process.returncode == 0, _stderr(tmp_path)
+
+
+@contextlib.contextmanager
+def _reaped(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Kill the worker process if it is still running when the block ends, and wait for it."""
+    try:
+        yield
     finally:
         if process.poll() is None:
             process.kill()
@@ -394,7 +402,7 @@ async def test_ctrl_c_says_what_it_does_and_a_second_one_releases_the_turn_now(
     client = Client(world)
     turn = await client.submit("s", "hi")
     process = _worker_process(folder, tmp_path, "--lease", "600", "--grace", "600")
-    try:
+    with _reaped(process):
         await _until((tmp_path / "inside").exists, "the worker entering the turn")
         process.send_signal(signal.SIGINT)
         await _until(lambda: "SIGINT again stops it now" in _stderr(tmp_path), "the notice")
@@ -402,10 +410,6 @@ async def test_ctrl_c_says_what_it_does_and_a_second_one_releases_the_turn_now(
         process.send_signal(signal.SIGINT)
         await _until(lambda: process.poll() is not None, "the worker exiting")
         assert process.returncode == 0, _stderr(tmp_path)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(WAIT)
     assert "stopping now; the running turn is released" in _stderr(tmp_path)
     result = await Worker(world, build_quick(), lease=60, crash=None).run_once(wait=WAIT)
     assert result is not None
