@@ -447,6 +447,9 @@ async def test_sigterm_stops_an_idle_worker(folder: str, tmp_path: Path) -> None
     process = _worker_process(folder, tmp_path)
     await _stop(process, tmp_path, ready=lambda: "waiting for turns" in _stderr(tmp_path))
     assert not (tmp_path / "inside").exists()
+    # It says what it does: no turn to finish (not "finishing the current turn").
+    assert "signal SIGTERM: no turn running; stopping" in _stderr(tmp_path)
+    assert "finishing the current turn" not in _stderr(tmp_path)
 
 
 async def test_run_retries_a_claim_the_store_could_not_answer(

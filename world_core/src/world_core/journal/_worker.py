@@ -286,6 +286,7 @@ class Worker:
         self.crash = crash_point_from_env() if crash == "env" else crash
         self.grace = validate_duration(grace, "grace")
         self._stop_now: anyio.Event | None = None  # set by a second SIGTERM/SIGINT in run()
+        self._in_turn = False  # run() is in a turn (for what a signal's notice says)
         self.retry_delay = validate_duration(retry_delay, "retry_delay")
         self.max_attempts = max_attempts
         self.history_limits = (
@@ -354,7 +355,7 @@ class Worker:
         async with anyio.create_task_group() as tg:
             if signals:
                 self._stop_now = anyio.Event()
-                await tg.start(_stop_on_signals, stop, self._stop_now, self.grace)
+                await tg.start(_stop_on_signals, self, stop, self._stop_now)
             if on_ready is not None:
                 on_ready()
             while not stop.is_set():
@@ -393,7 +394,11 @@ class Worker:
                         continue
                     if prepared is None:
                         prepared = self._prepare()
-                    result = await self._run(lease, stop, received, prepared)
+                    self._in_turn = True
+                    try:
+                        result = await self._run(lease, stop, received, prepared)
+                    finally:
+                        self._in_turn = False
                     prepared = None
                     log.info("turn %s/%s: %s", result.session_id, result.turn_id, result.status)
             tg.cancel_scope.cancel()
@@ -980,14 +985,14 @@ class _Observing:
 
 
 async def _stop_on_signals(
+    worker: Worker,
     stop: anyio.Event,
     now: anyio.Event,
-    grace: float,
     *,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The first SIGTERM/SIGINT sets ``stop`` (the running turn gets ``grace`` seconds), the
-    next one ``now`` (it is released at once). Listens until cancelled: a second Ctrl-C
+    """The first SIGTERM/SIGINT sets ``stop`` (a running turn gets the worker's ``grace``),
+    the next one ``now`` (it is released at once). Listens until cancelled: a second Ctrl-C
     meets this receiver, not Python's default handler, which would raise KeyboardInterrupt
     wherever the loop was and leave the turn's message held until its lease ran out."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
@@ -995,14 +1000,17 @@ async def _stop_on_signals(
         async for signum in received:
             name = signal.Signals(signum).name
             if not stop.is_set():
+                stop.set()
+                if not worker._in_turn:
+                    log.warning("signal %s: no turn running; stopping", name)
+                    continue
                 log.warning(
                     "signal %s: finishing the current turn (up to %g s, the grace), then "
                     "stopping; %s again stops it now: its message is released for another worker",
                     name,
-                    grace,
+                    worker.grace,
                     name,
                 )
-                stop.set()
             elif not now.is_set():
                 log.warning("signal %s again: stopping now; the running turn is released", name)
                 now.set()
