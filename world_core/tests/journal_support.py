@@ -71,3 +71,8 @@ class _Replying:
 
 
 replying = _Replying()
+
+
+async def build_async() -> Agent:
+    """A factory written async by mistake: calling it gives a coroutine, not an agent."""
+    return build_replying()

@@ -283,6 +283,10 @@ async def test_worker_command_builds_its_agent_before_taking_a_turn(
     assert "building the agent raised RuntimeError: OPENAI_API_KEY is not set" in broken.stderr
     assert await client.status("s", turn) == "queued"
     assert await world.queue.dead_letters("turns") == []
+    coroutine = await anyio.to_thread.run_sync(run, "journal_support:build_async")
+    assert coroutine.returncode == 2, coroutine.stderr
+    assert "is an async function: a factory is a plain function" in coroutine.stderr
+    assert "never awaited" not in coroutine.stderr
     done = await anyio.to_thread.run_sync(run, "journal_support:replying")
     assert done.returncode == 0, done.stderr
     assert await client.reply("s", turn) == "finished"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -199,6 +200,12 @@ def _first_agent(spec: str, factory: Callable[[], Any]) -> Callable[[], Any]:
             f"--agent {spec!r}: building the agent raised {type(exc).__name__}: {exc}; fix it "
             "(no turn was taken)"
         ) from exc
+    if inspect.iscoroutine(built):
+        built.close()  # never awaited: say so here rather than in a RuntimeWarning
+        raise ConfigurationError(
+            f"--agent {spec!r} is an async function: a factory is a plain function that "
+            "returns the agent; no turn was taken"
+        )
     if isinstance(built, type) or not callable(getattr(built, "run_turn", None)):
         raise ConfigurationError(
             f"--agent {spec!r} returned a {type(built).__name__!r} object, not an agent (one "
