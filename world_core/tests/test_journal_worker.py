@@ -292,6 +292,16 @@ async def test_worker_command_builds_its_agent_before_taking_a_turn(
     assert await client.reply("s", turn) == "finished"
 
 
+async def test_an_async_agent_factory_is_refused(world: World) -> None:
+    """Its coroutine is no agent: every turn would have failed for it, after retries."""
+
+    async def build() -> Agent:
+        return echo_agent()
+
+    with pytest.raises(InvalidArgumentError, match="'build' is an async function"):
+        Worker(world, build)  # type: ignore[arg-type]  # the mistake under test
+
+
 async def test_run_once_refuses_a_wait_that_is_no_duration(world: World) -> None:
     worker = Worker(world, echo_agent(), crash=None)
     for wait in (-1.0, float("nan"), float("inf")):

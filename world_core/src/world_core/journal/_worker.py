@@ -45,6 +45,7 @@ it now. Each step is logged as a warning; a second signal ends the grace at once
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -270,6 +271,12 @@ class Worker:
             raise InvalidArgumentError(
                 "agent must be an Agent (or any object with async run_turn(journal)) or a "
                 f"zero-argument callable returning one, got {type(agent).__name__}"
+            )
+        if inspect.iscoroutinefunction(agent):
+            # Its coroutine has no run_turn: every turn would fail (after retries) for it.
+            raise InvalidArgumentError(
+                f"agent {getattr(agent, '__name__', agent)!r} is an async function: a factory "
+                "is a plain function returning the agent"
             )
         if validate_queue_seconds(lease, "lease") <= 0:
             raise InvalidArgumentError("lease must be > 0 seconds")
