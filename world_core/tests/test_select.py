@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from world_core import (
     redact,
     resolve_world,
 )
+from world_core._select import ENTRY_POINT_GROUP
 
 pytestmark = pytest.mark.anyio
 
@@ -226,3 +228,22 @@ async def test_a_misspelled_variable_is_refused_not_ignored(
             pass
     assert f"{meant} is unset, but {variable} is set: did you mean {meant}?" in str(info.value)
     assert _entries(tmp_path) == []
+
+
+def test_an_installed_world_that_raises_on_import_is_named_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend whose import fails with something other than an ImportError (its own code,
+    a bad setting read at import): a ConfigurationError naming the World and the cause."""
+    (tmp_path / "broken_backend_mod.py").write_text('raise ValueError("bad default region")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    broken = metadata.EntryPoint(
+        name="broken", value="broken_backend_mod:connect", group=ENTRY_POINT_GROUP
+    )
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [broken])
+    with pytest.raises(ConfigurationError) as info:
+        resolve_world("broken")
+    message = str(info.value)
+    assert "World 'broken' (from target=) cannot be loaded" in message
+    assert "raised ValueError: bad default region at " in message
+    assert "broken_backend_mod.py:1" in message

@@ -206,6 +206,11 @@ def resolve_world(target: str | None = None) -> tuple[str, WorldFactory]:
                     f"World {ep.name!r} is installed but cannot be imported: {exc}. "
                     f"Reinstall it: pip install --force-reinstall {dist_name or ep.name}"
                 ) from exc
+            except Exception as exc:  # the backend's own import-time code failed
+                raise ConfigurationError(
+                    f"World {ep.name!r} (from {source}) cannot be loaded: importing "
+                    f"{ep.value!r} raised {_raised(exc)}"
+                ) from exc
             return ep.name, cast(WorldFactory, factory)
     installed = [entry.name for entry in list_worlds()]
     for short, dist in _KNOWN.items():
