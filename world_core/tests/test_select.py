@@ -178,17 +178,27 @@ def test_a_url_given_as_the_world_never_shows_its_password() -> None:
     assert "***" in str(caught.value)
 
 
+def _refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, code: str, target: str = ""
+) -> str:
+    """The message of the ConfigurationError that resolving ``target`` (default
+    ``<module>:connect``) raises, ``module`` being ``code`` on the path."""
+    (tmp_path / f"{module}.py").write_text(code + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigurationError) as info:
+        resolve_world(target or f"{module}:connect")
+    return str(info.value)
+
+
 def test_a_module_that_raises_on_import_is_named_with_its_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A module whose own code fails (not an ImportError) is a configuration error naming the
     module, the exception and where it was raised, not a raw traceback."""
-    (tmp_path / "raising_factory_mod.py").write_text('raise RuntimeError("API_KEY is missing")\n')
     (tmp_path / "broken_syntax_mod.py").write_text("def f(:\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ConfigurationError) as info:
-        resolve_world("raising_factory_mod:connect")
-    message = str(info.value)
+    message = _refusal(
+        tmp_path, monkeypatch, "raising_factory_mod", 'raise RuntimeError("API_KEY is missing")'
+    )
     assert "importing 'raising_factory_mod' raised RuntimeError: API_KEY is missing" in message
     assert "raising_factory_mod.py:1" in message
     assert "(from target=)" in message
@@ -235,15 +245,17 @@ def test_an_installed_world_that_raises_on_import_is_named_with_its_error(
 ) -> None:
     """A backend whose import fails with something other than an ImportError (its own code,
     a bad setting read at import): a ConfigurationError naming the World and the cause."""
-    (tmp_path / "broken_backend_mod.py").write_text('raise ValueError("bad default region")\n')
-    monkeypatch.syspath_prepend(str(tmp_path))
     broken = metadata.EntryPoint(
         name="broken", value="broken_backend_mod:connect", group=ENTRY_POINT_GROUP
     )
     monkeypatch.setattr(metadata, "entry_points", lambda group: [broken])
-    with pytest.raises(ConfigurationError) as info:
-        resolve_world("broken")
-    message = str(info.value)
+    message = _refusal(
+        tmp_path,
+        monkeypatch,
+        "broken_backend_mod",
+        'raise ValueError("bad default region")',
+        "broken",
+    )
     assert "World 'broken' (from target=) cannot be loaded" in message
     assert "raised ValueError: bad default region at " in message
     assert "broken_backend_mod.py:1" in message
