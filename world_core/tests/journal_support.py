@@ -12,7 +12,7 @@ import threading
 
 import anyio
 
-from world_core import Agent, ModelReply, ModelRequest, ScriptedModel, ToolCall, tool
+from world_core import Agent, Journal, ModelReply, ModelRequest, ScriptedModel, ToolCall, tool
 
 
 def policy(request: ModelRequest) -> ModelReply:
@@ -56,3 +56,23 @@ def build_blocking() -> Agent:
 def build_replying() -> Agent:
     """An agent whose turn ends at once: the model replies without calling a tool."""
     return Agent(model=ScriptedModel(lambda request: ModelReply(content="finished")))
+
+
+def build_without_key() -> Agent:
+    """A factory that cannot build its agent (as one whose API key is not set)."""
+    raise RuntimeError("OPENAI_API_KEY is not set")
+
+
+class _Replying:
+    """A TurnAgent that is not an Agent (as WorldAgent and DurableAgent are not)."""
+
+    async def run_turn(self, journal: Journal) -> str:
+        return await journal.finish("finished")
+
+
+replying = _Replying()
+
+
+async def build_async() -> Agent:
+    """A factory written async by mistake: calling it gives a coroutine, not an agent."""
+    return build_replying()

@@ -173,15 +173,15 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path) -> None:
     # writers left: this one going tells that the World is open.
     (folder / "default" / "queues").mkdir(parents=True)
     (folder / "default" / "queues" / ".tmp-left-by-a-dead-writer").touch()
-    # A worker waiting for a turn that never comes: interrupted inside the event loop. The
-    # agent factory (the Agent class itself) is only called when a turn arrives.
+    # A worker waiting for a turn that never comes: interrupted inside the event loop.
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "world_core._cli", "worker", "--once", "--wait", "60"),
-            *("--agent", "world_core:Agent", "--url", str(folder), "--queue", "nothing"),
+            *("--agent", "journal_support:build_replying", "--url", str(folder)),
+            *("--queue", "nothing"),
         ],
         cwd=tmp_path,
-        env=_environment({}),
+        env=_environment({"PYTHONPATH": str(Path(__file__).parent)}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -411,6 +411,36 @@ async def test_an_older_schema_is_migrated_and_a_newer_one_refused(world: World)
     assert await docs.version("s", "todo") == 2
 
 
+async def test_a_stored_value_that_does_not_fit_the_model_is_a_schema_error(world: World) -> None:
+    """A model changed without a new schema_version, or a migrate that returns what the model
+    refuses: a DocumentSchemaError naming the document, its version and the fix (it was
+    pydantic's bare ValidationError, naming neither document nor session)."""
+    docs = Documents(world)
+    await docs.put("s", "todo", Todo(items=["a"]))
+
+    class Changed(BaseModel):  # items became a count, schema_version left at 1
+        items: int
+
+    with pytest.raises(DocumentSchemaError) as changed:
+        await docs.get("s", "todo", Changed)
+    assert "document 'todo' of session 's' (version 1, schema version 1)" in str(changed.value)
+    assert "first at items" in str(changed.value)
+    assert "raise its schema_version (now 1)" in str(changed.value)
+    assert (changed.value.stored, changed.value.current) == (1, 1)
+
+    class Forgetful(BaseModel):
+        schema_version: ClassVar[int] = 2
+        entries: list[str]
+
+        @staticmethod
+        def migrate(value: Any, from_version: int) -> Any:
+            return {"items": value["items"]}  # forgot to rename the field
+
+    with pytest.raises(DocumentSchemaError, match=r"Forgetful\.migrate.*returned.*fix migrate"):
+        await docs.update("s", "todo", Forgetful, lambda t: t or Forgetful(entries=[]))
+    assert await docs.version("s", "todo") == 1  # nothing written
+
+
 # -- large values, small edits --------------------------------------------------------------------
 
 

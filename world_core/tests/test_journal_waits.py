@@ -40,6 +40,7 @@ from world_core import (
 from world_core.errors import ConfigurationError, InvalidArgumentError, ToolError
 from world_core.journal import _client
 from world_core.journal._journal import CLOCK_MARGIN
+from world_core.observe import list_sessions
 
 pytestmark = pytest.mark.anyio
 
@@ -427,6 +428,33 @@ async def test_world_signal_as_a_command(world: World, folder: str) -> None:
     assert sent.returncode == 0, sent.stderr
     assert await _finish(world, _Waiter()) == ["done"]
     assert await client.reply("s", turn) == "ok from ops"
+    # A mistyped session is refused: it made a session holding only the signal (exit 0).
+    typo = await anyio.to_thread.run_sync(_world_cli, folder, "signal", "s-typo", "paid")
+    assert typo.returncode == 2
+    assert "session 's-typo' has no events" in typo.stderr
+    assert await world.log.tail(session_log_id("s-typo")) == 0
+    listed = (await world.log.list_logs(prefix="session/")).items
+    assert [info.log_id for info in listed] == [session_log_id("s")]
+
+
+async def test_a_signal_to_a_turn_that_is_over_is_refused(world: World) -> None:
+    """Addressed to a turn that has its reply (or failure), a signal would wait in the log
+    for a wait that never comes: refused, naming the turn, and nothing written."""
+    client = Client(world)
+    turn = await client.submit("s", "wait")
+    assert await _finish_once(world) == "suspended"
+    await client.signal("s", "paid", "ok", sender="ops", signal_id="p1", turn_id=turn)
+    assert await _finish(world, _Waiter()) == ["done"]
+    assert await client.reply("s", turn) == "ok from ops"
+    tail = await world.log.tail(session_log_id("s"))
+    # The same signal again (a webhook's retry) still counts once, without an error.
+    await client.signal("s", "paid", "ok", sender="ops", signal_id="p1", turn_id=turn)
+    with pytest.raises(InvalidArgumentError, match=f"turn {turn!r} of session 's' is over"):
+        await client.signal("s", "paid", "late", sender="ops", turn_id=turn)
+    assert await world.log.tail(session_log_id("s")) == tail
+    # To the session (no turn) it is kept for the next wait of its name, as promised.
+    await client.signal("s", "paid", "next", sender="ops")
+    assert await world.log.tail(session_log_id("s")) == tail + 1
 
 
 class _Swallower(Agent):
@@ -540,3 +568,28 @@ async def test_waiting_again_for_a_child_that_ended_gets_its_end(world: World) -
     # The replay reads both ends back the same way.
     replay = await Journal.open(world, "parent", turn)
     assert await _LooksTwice().run_turn(replay) == f"{expected} / {expected}"
+
+
+async def test_world_sessions_says_whose_child_run_a_session_is(world: World, folder: str) -> None:
+    """A child run is a session of its own, listed with the sessions users started: it is
+    marked with the turn that started it (it was a bare row, ``child-<hex>``, of no one)."""
+    client = Client(world)
+    turn = await client.submit("parent", "fetch the report")
+    worker = Worker(world, _LooksTwice(), lease=2, crash=None)
+    with anyio.fail_after(WAIT):
+        while await client.status("parent", turn) != "done":
+            assert await worker.run_once(wait=WAIT) is not None
+    page = await list_sessions(world, order="id")
+    parents = {s.session: s.parent for s in page.sessions}
+    assert len(parents) == 2
+    assert parents.pop("parent") is None
+    [(child, parent)] = parents.items()
+    assert child.startswith("child-")
+    assert parent == f"parent/{turn}"
+    listed = await anyio.to_thread.run_sync(_world_cli, folder, "sessions")
+    assert listed.returncode == 0, listed.stderr
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[-2:] == ["child", "of"]
+    by_session = {row.split()[0]: row.split() for row in rows}
+    assert by_session[child][-1] == f"parent/{turn}"
+    assert by_session["parent"][-1] == turn  # its last turn ends the row: no parent

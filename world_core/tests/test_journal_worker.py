@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ def policy(request: ModelRequest) -> ModelReply:
     return ModelReply(tool_calls=[call])
 
 
+QUICK_DESCRIPTION = "Signal that the turn is running, then wait."
+
+
 def build_quick() -> Agent:
     """journal_support's agent with a wait_here that returns at once. Same name and
     description: the tool schemas are part of the model's input, so another docstring would
@@ -80,7 +84,7 @@ def build_quick() -> Agent:
         return_now,
         replay="safe",
         name="wait_here",
-        description="Signal that the turn is running, then wait.",
+        description=QUICK_DESCRIPTION,
     )
     return Agent(model=ScriptedModel(policy), tools=[quick])
 
@@ -226,6 +230,85 @@ def test_worker_command_refuses_a_bad_agent(tmp_path: Path) -> None:
         assert list(tmp_path.iterdir()) == []  # refused before opening any World
 
 
+def test_worker_command_refuses_options_it_would_ignore_or_misread(tmp_path: Path) -> None:
+    """--wait and --json only mean something with --once (they were ignored without it), and
+    a --wait that is no duration was taken for 0 (negative) or claimed once (NaN)."""
+    for extra, message in [
+        (("--wait", "5"), "--wait is for --once"),
+        (("--json",), "--json is for --once"),
+        (("--once", "--wait", "-1"), "--wait must be a finite number of seconds >= 0"),
+        (("--once", "--wait", "nan"), "--wait must be a finite number of seconds >= 0"),
+    ]:
+        command = [sys.executable, "-m", "world_core._cli", "worker"]
+        done = subprocess.run(
+            [*command, "--agent", "world_core:Agent", *extra],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (extra, done.stdout, done.stderr)
+        assert message in done.stderr
+        assert list(tmp_path.iterdir()) == []  # refused before opening any World
+
+
+async def test_worker_command_builds_its_agent_before_taking_a_turn(
+    world: World, folder: str, tmp_path: Path
+) -> None:
+    """A factory that cannot build the agent stops ``world worker`` at once, with the cause,
+    and the turn stays queued: it was claimed and retried (and at last failed) for what was
+    the worker's fault. An agent that is a TurnAgent but not an Agent is taken as it is (it
+    was refused as 'neither an Agent nor a factory')."""
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    )
+    command = [sys.executable, "-m", "world_core._cli", "worker", "--once", "--wait", "5"]
+    command += ["--world", "local", "--url", folder, "--namespace", "worker"]
+
+    def run(agent: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, "--agent", agent],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    broken = await anyio.to_thread.run_sync(run, "journal_support:build_without_key")
+    assert broken.returncode == 2, broken.stderr
+    assert "building the agent raised RuntimeError: OPENAI_API_KEY is not set" in broken.stderr
+    assert await client.status("s", turn) == "queued"
+    assert await world.queue.dead_letters("turns") == []
+    coroutine = await anyio.to_thread.run_sync(run, "journal_support:build_async")
+    assert coroutine.returncode == 2, coroutine.stderr
+    assert "is an async function: a factory is a plain function" in coroutine.stderr
+    assert "never awaited" not in coroutine.stderr
+    done = await anyio.to_thread.run_sync(run, "journal_support:replying")
+    assert done.returncode == 0, done.stderr
+    assert await client.reply("s", turn) == "finished"
+
+
+async def test_an_async_agent_factory_is_refused(world: World) -> None:
+    """Its coroutine is no agent: every turn would have failed for it, after retries."""
+
+    async def build() -> Agent:
+        return echo_agent()
+
+    with pytest.raises(InvalidArgumentError, match="'build' is an async function"):
+        Worker(world, build)  # type: ignore[arg-type]  # the mistake under test
+
+
+async def test_run_once_refuses_a_wait_that_is_no_duration(world: World) -> None:
+    worker = Worker(world, echo_agent(), crash=None)
+    for wait in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidArgumentError, match="wait must be a finite number"):
+            await worker.run_once(wait=wait)
+
+
 async def test_lost_lease_cancels_the_turn(world: World, folder: str) -> None:
     """The worker's event loop stalls past its lease (a tool blocking it); another worker
     claims the turn meanwhile; the next renewal finds the lease lost and cancels the turn."""
@@ -283,11 +366,18 @@ async def _stop(
     process: subprocess.Popen[bytes], tmp_path: Path, ready: Callable[[], bool]
 ) -> None:
     """Wait until ``ready()``, SIGTERM the worker, expect a clean exit; never leak it."""
-    try:
+    with _reaped(process):
         await _until(ready, "the worker getting ready")
         process.send_signal(signal.SIGTERM)
         await _until(lambda: process.poll() is not None, "the worker exiting")
         assert process.returncode == 0, _stderr(tmp_path)
+
+
+@contextlib.contextmanager
+def _reaped(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Kill the worker process if it is still running when the block ends, and wait for it."""
+    try:
+        yield
     finally:
         if process.poll() is None:
             process.kill()
@@ -316,10 +406,64 @@ async def test_sigterm_releases_the_running_turn(world: World, folder: str, tmp_
     assert await client.reply("s", turn) == "finished"
 
 
+async def test_ctrl_c_says_what_it_does_and_a_second_one_releases_the_turn_now(
+    world: World, folder: str, tmp_path: Path
+) -> None:
+    """Ctrl-C in a turn: the worker says it is finishing the turn (it sat silent through its
+    grace) and how to stop now; a second Ctrl-C cancels the turn and releases its message at
+    once (it raised KeyboardInterrupt past the worker, leaving the message held until its
+    lease ran out: here 600 s, far past WAIT)."""
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    process = _worker_process(folder, tmp_path, "--lease", "600", "--grace", "600")
+    with _reaped(process):
+        await _until((tmp_path / "inside").exists, "the worker entering the turn")
+        process.send_signal(signal.SIGINT)
+        await _until(lambda: "SIGINT again stops it now" in _stderr(tmp_path), "the notice")
+        assert process.poll() is None  # still in its grace
+        process.send_signal(signal.SIGINT)
+        await _until(lambda: process.poll() is not None, "the worker exiting")
+        assert process.returncode == 0, _stderr(tmp_path)
+    assert "stopping now; the running turn is released" in _stderr(tmp_path)
+    result = await Worker(world, build_quick(), lease=60, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "done"
+    assert await client.reply("s", turn) == "finished"
+
+
+async def test_a_turn_cancelled_from_outside_is_released_at_once(world: World) -> None:
+    """A worker cancelled in a turn (Ctrl-C of ``world worker --once``, an app shutting its
+    task group down) hands the message back: another worker claims it now, not after the
+    lease (600 s here; it was held that long)."""
+    inside = anyio.Event()
+
+    async def wait(label: str) -> str:
+        inside.set()
+        await anyio.sleep_forever()
+        return label
+
+    waiting = tool(wait, replay="safe", name="wait_here", description=QUICK_DESCRIPTION)
+    agent = Agent(model=ScriptedModel(policy), tools=[waiting])
+    client = Client(world)
+    turn = await client.submit("s", "hi")
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(Worker(world, agent, lease=600, crash=None).run_once, wait=WAIT))
+            await inside.wait()
+            tg.cancel_scope.cancel()
+    result = await Worker(world, build_quick(), lease=60, crash=None).run_once(wait=WAIT)
+    assert result is not None
+    assert result.status == "done"
+    assert await client.reply("s", turn) == "finished"
+
+
 async def test_sigterm_stops_an_idle_worker(folder: str, tmp_path: Path) -> None:
     process = _worker_process(folder, tmp_path)
     await _stop(process, tmp_path, ready=lambda: "waiting for turns" in _stderr(tmp_path))
     assert not (tmp_path / "inside").exists()
+    # It says what it does: no turn to finish (not "finishing the current turn").
+    assert "signal SIGTERM: no turn running; stopping" in _stderr(tmp_path)
+    assert "finishing the current turn" not in _stderr(tmp_path)
 
 
 async def test_run_retries_a_claim_the_store_could_not_answer(

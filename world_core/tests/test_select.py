@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from world_core import (
     redact,
     resolve_world,
 )
+from world_core._select import ENTRY_POINT_GROUP
 
 pytestmark = pytest.mark.anyio
 
@@ -174,3 +176,86 @@ def test_a_url_given_as_the_world_never_shows_its_password() -> None:
         resolve_world("postgresql://postgres:sekret@127.0.0.1:1/postgres")
     assert "sekret" not in str(caught.value)
     assert "***" in str(caught.value)
+
+
+def _refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, code: str, target: str = ""
+) -> str:
+    """The message of the ConfigurationError that resolving ``target`` (default
+    ``<module>:connect``) raises, ``module`` being ``code`` on the path."""
+    (tmp_path / f"{module}.py").write_text(code + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigurationError) as info:
+        resolve_world(target or f"{module}:connect")
+    return str(info.value)
+
+
+def test_a_module_that_raises_on_import_is_named_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module whose own code fails (not an ImportError) is a configuration error naming the
+    module, the exception and where it was raised, not a raw traceback."""
+    (tmp_path / "broken_syntax_mod.py").write_text("def f(:\n")
+    message = _refusal(
+        tmp_path, monkeypatch, "raising_factory_mod", 'raise RuntimeError("API_KEY is missing")'
+    )
+    assert "importing 'raising_factory_mod' raised RuntimeError: API_KEY is missing" in message
+    assert "raising_factory_mod.py:1" in message
+    assert "(from target=)" in message
+    with pytest.raises(ConfigurationError, match=r"raised SyntaxError.*broken_syntax_mod\.py:1"):
+        resolve_world("broken_syntax_mod:connect")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("os:path", "is a module, not a World factory"),
+        ("json:dumps", "cannot be called with url= and namespace="),
+        ("os:getcwd", "cannot be called with url= and namespace="),
+        ("builtins:dict", "returned a dict, not an awaitable"),
+    ],
+)
+async def test_a_target_that_is_no_world_factory_is_refused(spec: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        async with open_world(spec):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [("WORLD_TARGET_WORLD", "WORKFLOW_TARGET_WORLD"), ("WORLD_NAMESPACE", "WORKFLOW_NAMESPACE")],
+)
+async def test_a_misspelled_variable_is_refused_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, meant: str
+) -> None:
+    """``WORLD_TARGET_WORLD=postgres`` with the real variable unset would quietly open the
+    local World (another store than the one named): refused, naming both variables."""
+    monkeypatch.delenv("WORKFLOW_TARGET_WORLD", raising=False)
+    monkeypatch.delenv("WORKFLOW_NAMESPACE", raising=False)
+    monkeypatch.setenv(variable, "postgres")
+    with pytest.raises(ConfigurationError) as info:
+        async with open_world(url=str(tmp_path / "w")):
+            pass
+    assert f"{meant} is unset, but {variable} is set: did you mean {meant}?" in str(info.value)
+    assert _entries(tmp_path) == []
+
+
+def test_an_installed_world_that_raises_on_import_is_named_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend whose import fails with something other than an ImportError (its own code,
+    a bad setting read at import): a ConfigurationError naming the World and the cause."""
+    broken = metadata.EntryPoint(
+        name="broken", value="broken_backend_mod:connect", group=ENTRY_POINT_GROUP
+    )
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [broken])
+    message = _refusal(
+        tmp_path,
+        monkeypatch,
+        "broken_backend_mod",
+        'raise ValueError("bad default region")',
+        "broken",
+    )
+    assert "World 'broken' (from target=) cannot be loaded" in message
+    assert "raised ValueError: bad default region at " in message
+    assert "broken_backend_mod.py:1" in message

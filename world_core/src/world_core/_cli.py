@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -36,10 +37,15 @@ from world_core._cli_replay import register as register_replay_commands
 from world_core._cli_waits import register as register_wait_commands
 from world_core._interrupt import run_command
 from world_core._select import list_worlds, load_attr, open_world
-from world_core.errors import ConfigurationError, TurnNotReadyError, WorldError
+from world_core.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    TurnNotReadyError,
+    WorldError,
+)
 from world_core.journal._delete import delete_session
 from world_core.journal._session import session_log_id
-from world_core.spi import validate_id
+from world_core.spi import validate_duration, validate_id
 
 __all__ = ["COMMANDS_ENTRY_POINT_GROUP", "add_world_options", "for_the_command_line", "main", "run"]
 
@@ -168,8 +174,10 @@ def _load_agent_factory(spec: str) -> Callable[[], Any]:
     target: Any = load_attr(spec, "--agent")
     from world_core.journal._agent import Agent
 
-    if isinstance(target, Agent):
-        agent: Agent = target
+    if isinstance(target, Agent) or (
+        not isinstance(target, type) and callable(getattr(target, "run_turn", None))
+    ):
+        agent: Any = target  # an Agent, or any TurnAgent (WorldAgent, DurableAgent, ...)
         return lambda: agent
     if not callable(target):
         raise ConfigurationError(f"--agent {spec!r} is neither an Agent nor a factory of one")
@@ -177,10 +185,47 @@ def _load_agent_factory(spec: str) -> Callable[[], Any]:
     return factory
 
 
+def _first_agent(spec: str, factory: Callable[[], Any]) -> Callable[[], Any]:
+    """Build the agent once before taking any turn, so that a factory that cannot build it (a
+    missing API key, a typo) stops ``world worker`` at once, rather than failing (or retrying)
+    every turn it claims; the turns then get that agent first, then the factory's.
+
+    Raises:
+        ConfigurationError: the factory raised, or built something without ``run_turn``.
+    """
+    try:
+        built = factory()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"--agent {spec!r}: building the agent raised {type(exc).__name__}: {exc}; fix it "
+            "(no turn was taken)"
+        ) from exc
+    if inspect.iscoroutine(built):
+        built.close()  # never awaited: say so here rather than in a RuntimeWarning
+        raise ConfigurationError(
+            f"--agent {spec!r} is an async function: a factory is a plain function that "
+            "returns the agent; no turn was taken"
+        )
+    if isinstance(built, type) or not callable(getattr(built, "run_turn", None)):
+        raise ConfigurationError(
+            f"--agent {spec!r} returned a {type(built).__name__!r} object, not an agent (one "
+            "with async run_turn(journal), such as an Agent); no turn was taken"
+        )
+    first = [built]
+    return lambda: first.pop() if first else factory()
+
+
 async def _worker(args: argparse.Namespace) -> int:
     from world_core.journal._worker import Worker
 
-    factory = _load_agent_factory(args.agent)
+    if not args.once and (args.wait is not None or args.json):
+        given = "--wait" if args.wait is not None else "--json"
+        raise InvalidArgumentError(
+            f"world worker: {given} is for --once (one turn, then exit); without --once the "
+            "worker runs until stopped: add --once or drop it"
+        )
+    wait = 30.0 if args.wait is None else validate_duration(args.wait, "--wait")
+    factory = _first_agent(args.agent, _load_agent_factory(args.agent))
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
         worker = Worker(
             world,
@@ -196,14 +241,14 @@ async def _worker(args: argparse.Namespace) -> int:
             def ready() -> None:
                 print(
                     f"world worker {worker.name}: waiting for turns on queue {worker.queue!r} "
-                    "(SIGTERM or Ctrl-C stops it after the current turn)",
+                    "(SIGTERM or Ctrl-C stops it after the current turn; twice: now)",
                     file=sys.stderr,
                     flush=True,
                 )
 
             await worker.run(on_ready=ready)
             return 0
-        result = await worker.run_once(wait=args.wait)
+        result = await worker.run_once(wait=wait)
     if result is None:
         print(json.dumps({"status": "idle"}) if args.json else "no turn came")
         return 3
@@ -251,7 +296,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run turns from the queue with an agent (CRASH_AT=<step>:<before_run|after_run> "
         "kills it at that point)",
     )
-    worker.add_argument("--agent", required=True, help="module:attr of an Agent or its factory")
+    worker.add_argument(
+        "--agent",
+        required=True,
+        help="module:attr of an agent (an Agent, or any object with async run_turn) or its "
+        "factory, which is called once before the first claim (an error stops the worker)",
+    )
     add_world_options(worker)
     worker.add_argument("--queue", default="turns", help="queue to claim turns from")
     worker.add_argument("--lease", type=float, default=30.0, help="lease seconds")
@@ -269,7 +319,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds one attempt of a turn may run before its failure is recorded",
     )
     worker.add_argument("--once", action="store_true", help="run one turn, then exit")
-    worker.add_argument("--wait", type=float, default=30.0, help="with --once: seconds to wait")
+    worker.add_argument("--wait", type=float, help="with --once: seconds to wait for a turn (30)")
     worker.add_argument("--json", action="store_true", help="with --once: print the result")
     worker.set_defaults(run=lambda args: run_command(_worker, args))
     delete = sub.add_parser(

@@ -275,7 +275,11 @@ async def _sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-_SESSIONS_HEADER = f"{'session':<32} {'status':<8} {'turns':>5}  {'updated (UTC)':<19}  last turn"
+# 46: a child run's session id ("child-" and 40 hex digits) fits.
+_SESSIONS_HEADER = (
+    f"{'session':<46} {'status':<8} {'turns':>5}  {'updated (UTC)':<19}  {'last turn':<32}  "
+    "child of"
+)
 
 
 def _session_line(s: SessionSummary) -> str:
@@ -284,7 +288,10 @@ def _session_line(s: SessionSummary) -> str:
         if s.updated_at is not None
         else "-"
     )
-    return f"{s.session:<32} {s.status:<8} {s.turns:>5}  {updated:<19}  {s.last_turn or '-'}"
+    line = f"{s.session:<46} {s.status:<8} {s.turns:>5}  {updated:<19}  {s.last_turn or '-':<32}"
+    # A child run (Journal.start_child) is a session of its own: say whose, so it is not
+    # taken for one a user started.
+    return f"{line}  {s.parent}" if s.parent is not None else line.rstrip()
 
 
 def _trace_file(args: argparse.Namespace) -> SessionTrace:

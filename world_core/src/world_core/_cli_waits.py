@@ -12,7 +12,7 @@ from typing import Any
 
 from world_core._interrupt import run_command
 from world_core._select import open_world
-from world_core.errors import InvalidArgumentError
+from world_core.errors import InvalidArgumentError, NotFoundError
 
 __all__ = ["register"]
 
@@ -67,7 +67,16 @@ async def _signal(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload) if args.payload is not None else None
     except ValueError as exc:
         raise InvalidArgumentError(f"--payload is not JSON: {exc}") from None
+    from world_core.journal import session_log_id
+
     async with open_world(args.world, url=args.url, namespace=args.namespace) as world:
+        if not await world.log.tail(session_log_id(args.session)):
+            # A mistyped id would otherwise make a session holding only this signal.
+            raise NotFoundError(
+                f"session {args.session!r} has no events in namespace {world.namespace!r} of "
+                f"the {world.name!r} World: nothing to signal (world sessions lists them; a "
+                "session not started yet can be signalled from code with Client.signal)"
+            )
         signal_id = await _client(world, args).signal(
             args.session,
             args.name,

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import os
 import re
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -93,6 +95,12 @@ def load_attr(spec: str, setting: str) -> object:
             f"{shown!r} (from {setting}) cannot be loaded: cannot import {module_name!r}: {exc}. "
             "Install the package that provides it."
         ) from exc
+    except Exception as exc:  # the module's own code failed (SyntaxError included)
+        raise ConfigurationError(
+            f"{shown!r} (from {setting}) cannot be loaded: importing {module_name!r} raised "
+            f"{_raised(exc)}. Fix the module (run python -c 'import {module_name}' to see the "
+            "whole traceback)"
+        ) from exc
     for part in attr.split("."):
         try:
             target = getattr(target, part)
@@ -104,6 +112,36 @@ def load_attr(spec: str, setting: str) -> object:
     return target
 
 
+def _raised(exc: BaseException) -> str:
+    """``exc`` for a message: its class and text, and where it was raised (file:line)."""
+    where = ""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" at {exc.filename}:{exc.lineno}"
+    elif exc.__traceback__ is not None:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f" at {frame.filename}:{frame.lineno}"
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _refuse_misspelled(variable: str, fallback: str) -> None:
+    """Refuse to fall back to ``fallback`` while ``variable`` is unset but a variable spelled
+    almost like it is set (``WORLD_TARGET_WORLD=postgres``): the user meant to choose, and
+    the fallback would quietly write to another store than the one they named.
+
+    Raises:
+        ConfigurationError: such a variable is set; the message names both.
+    """
+    candidates = [name for name in os.environ if name.upper() != variable and "_" in name]
+    close = difflib.get_close_matches(variable, candidates, n=1, cutoff=0.8)
+    if not close and variable.upper() in {name.upper() for name in os.environ}:
+        close = [name for name in os.environ if name.upper() == variable.upper()]
+    if close:
+        raise ConfigurationError(
+            f"{variable} is unset, but {close[0]} is set: did you mean {variable}? Rename it "
+            f"(or unset {close[0]}); refusing to fall back to {fallback} meanwhile"
+        )
+
+
 def _installed_names() -> str:
     return ", ".join(entry.name for entry in list_worlds()) or "none"
 
@@ -113,6 +151,7 @@ def _target(target: str | None) -> tuple[str, str]:
     if target is None:
         raw = os.environ.get(TARGET_VARIABLE)
         if raw is None:
+            _refuse_misspelled(TARGET_VARIABLE, f"the default World, {DEFAULT_WORLD!r}")
             return DEFAULT_WORLD, f"the default: {TARGET_VARIABLE} is unset"
         spec, source = raw.strip(), TARGET_VARIABLE
         if not spec:
@@ -148,7 +187,13 @@ def resolve_world(target: str | None = None) -> tuple[str, WorldFactory]:
     """
     spec, source = _target(target)
     if ":" in spec:
-        return spec, cast(WorldFactory, load_attr(spec, source))
+        factory = load_attr(spec, source)
+        if not callable(factory):
+            raise ConfigurationError(
+                f"{redact(spec)!r} (from {source}) is a {type(factory).__name__}, not a World "
+                "factory: name an async function taking url= and namespace= that returns a World"
+            )
+        return spec, cast(WorldFactory, factory)
     wanted = _normalize(spec)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist_name = _normalize(ep.dist.metadata["Name"]) if ep.dist is not None else ""
@@ -160,6 +205,11 @@ def resolve_world(target: str | None = None) -> tuple[str, WorldFactory]:
                 raise ConfigurationError(
                     f"World {ep.name!r} is installed but cannot be imported: {exc}. "
                     f"Reinstall it: pip install --force-reinstall {dist_name or ep.name}"
+                ) from exc
+            except Exception as exc:  # the backend's own import-time code failed
+                raise ConfigurationError(
+                    f"World {ep.name!r} (from {source}) cannot be loaded: importing "
+                    f"{ep.value!r} raised {_raised(exc)}"
                 ) from exc
             return ep.name, cast(WorldFactory, factory)
     installed = [entry.name for entry in list_worlds()]
@@ -190,6 +240,8 @@ def _namespace(namespace: str | None) -> str:
     else:
         value, source = os.environ.get(NAMESPACE_VARIABLE, ""), NAMESPACE_VARIABLE
         if not value:
+            if NAMESPACE_VARIABLE not in os.environ:
+                _refuse_misspelled(NAMESPACE_VARIABLE, "the namespace 'default'")
             return "default"
     try:
         return validate_namespace(value)
@@ -204,8 +256,29 @@ async def connect_world(
     target: str | None = None, *, url: str | None = None, namespace: str | None = None
 ) -> World:
     """Open a World without a context manager; the caller must ``await world.aclose()``."""
-    _, factory = resolve_world(target)
-    return await factory(url=url, namespace=_namespace(namespace))
+    name, factory = resolve_world(target)
+    namespace = _namespace(namespace)
+    try:
+        inspect.signature(factory).bind(url=url, namespace=namespace)
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"World factory {redact(name)!r} cannot be called with url= and namespace= "
+            f"({exc}): name an async function taking them that returns a World"
+        ) from exc
+    except ValueError:  # no signature to inspect (a builtin): let the call say
+        pass
+    opening: object = factory(url=url, namespace=namespace)
+    if not inspect.isawaitable(opening):
+        raise ConfigurationError(
+            f"World factory {redact(name)!r} returned a {type(opening).__name__}, not an "
+            "awaitable: name an async function that returns a World"
+        )
+    world: object = await opening
+    if not isinstance(world, World):
+        raise ConfigurationError(
+            f"World factory {redact(name)!r} returned a {type(world).__name__}, not a World"
+        )
+    return world
 
 
 @asynccontextmanager

@@ -161,7 +161,8 @@ class DocumentConflictError(ConflictError):
 class DocumentSchemaError(WorldError, ValueError):
     """A stored document cannot be read by this code: it was written with a newer schema
     version than the model declares (deploy the newer code), or an older one and the model
-    has no ``migrate``. Nothing was changed.
+    has no ``migrate`` (or its ``migrate`` failed), or the model does not validate the stored
+    value (changed without a new schema version). Nothing was changed.
 
     Attributes:
         document: the document's name.

@@ -509,13 +509,31 @@ class Client:
             InvalidArgumentError: a bad name, sender, id or payload (not JSON data, or above
                 :data:`~world_core.journal._waits.MAX_SIGNAL_PAYLOAD_BYTES`), a name or id of
                 the journal's own signals (``approval/...``: use :meth:`approve`; ``child/...``),
-                or the id was used for another signal (nothing is written).
+                the id was used for another signal, or ``turn_id`` names a turn that is over
+                (it has a reply or a failure: nothing would receive the signal). Nothing is
+                written.
         """
         for what, value in (("name", name), ("signal_id", signal_id)):
             if isinstance(value, str) and value.startswith(RESERVED_SIGNAL_PREFIXES):
                 raise InvalidArgumentError(
                     f"signal {what} {value!r} is reserved for the journal's own signals "
                     "(decisions on approvals: use approve() or reject(); ends of child runs)"
+                )
+        if turn_id is not None:
+            session_log_id(session_id)
+            check_turn_id(turn_id)
+            log_id = await current_log(self._world, session_id)
+            session, _ = await read_session(self._world, log_id)
+            resent = signal_id is not None and await self._world.log.get(
+                log_id, f"signal/{check_signal_id(signal_id)}"
+            )
+            # A resend of a signal the turn received before it ended counts once, as ever.
+            if session.finished(turn_id) and not resent:
+                end = "reply" if turn_id in session.replies else "recorded failure"
+                raise InvalidArgumentError(
+                    f"turn {turn_id!r} of session {session_id!r} is over (it has a {end}): a "
+                    "signal addressed to it would never be received; send it to the session "
+                    "(no turn) for the next wait of its name"
                 )
         return await self._send(
             session_id, name, payload, sender=sender, signal_id=signal_id, turn_id=turn_id

@@ -40,11 +40,12 @@ step it stopped at) that :meth:`Client.wait <world_core.Client.wait>` raises as
 On SIGTERM or SIGINT, :meth:`Worker.run` stops claiming at once (a claim waiting for work is
 cancelled; a message claimed as the signal came is released), gives the running turn
 ``grace`` seconds to finish, then cancels it and releases its message so another worker takes
-it now.
+it now. Each step is logged as a warning; a second signal ends the grace at once.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -271,6 +272,12 @@ class Worker:
                 "agent must be an Agent (or any object with async run_turn(journal)) or a "
                 f"zero-argument callable returning one, got {type(agent).__name__}"
             )
+        if inspect.iscoroutinefunction(agent):
+            # Its coroutine has no run_turn: every turn would fail (after retries) for it.
+            raise InvalidArgumentError(
+                f"agent {getattr(agent, '__name__', agent)!r} is an async function: a factory "
+                "is a plain function returning the agent"
+            )
         if validate_queue_seconds(lease, "lease") <= 0:
             raise InvalidArgumentError("lease must be > 0 seconds")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
@@ -285,6 +292,8 @@ class Worker:
         self.name = validate_id(name or f"{socket.gethostname()}-{os.getpid()}", "worker name")
         self.crash = crash_point_from_env() if crash == "env" else crash
         self.grace = validate_duration(grace, "grace")
+        self._stop_now: anyio.Event | None = None  # set by a second SIGTERM/SIGINT in run()
+        self._in_turn = False  # run() is in a turn (for what a signal's notice says)
         self.retry_delay = validate_duration(retry_delay, "retry_delay")
         self.max_attempts = max_attempts
         self.history_limits = (
@@ -317,7 +326,13 @@ class Worker:
 
         A signal's check (see :meth:`Client.signal <world_core.Client.signal>`) claimed
         meanwhile is handled (or released for a later try, after a fault) and the wait goes
-        on: it is not a turn."""
+        on: it is not a turn.
+
+        Raises:
+            InvalidArgumentError: ``wait`` is not a finite number of seconds >= 0 (NaN made
+                it claim once without waiting; a negative one was taken for 0).
+        """
+        wait = validate_duration(wait, "wait")
         prepared = self._prepare()
         deadline = time.monotonic() + wait
         while True:
@@ -346,7 +361,8 @@ class Worker:
         prepared: _Prepared | None = None  # kept over claims that found no turn
         async with anyio.create_task_group() as tg:
             if signals:
-                await tg.start(_stop_on_signals, stop)
+                self._stop_now = anyio.Event()
+                await tg.start(_stop_on_signals, self, stop, self._stop_now)
             if on_ready is not None:
                 on_ready()
             while not stop.is_set():
@@ -385,7 +401,11 @@ class Worker:
                         continue
                     if prepared is None:
                         prepared = self._prepare()
-                    result = await self._run(lease, stop, received, prepared)
+                    self._in_turn = True
+                    try:
+                        result = await self._run(lease, stop, received, prepared)
+                    finally:
+                        self._in_turn = False
                     prepared = None
                     log.info("turn %s/%s: %s", result.session_id, result.turn_id, result.status)
             tg.cancel_scope.cancel()
@@ -436,6 +456,12 @@ class Worker:
                 )
             except BaseException as exc:  # a cancellation, a simulated crash: raised as it came
                 stopped = exc
+                if isinstance(exc, anyio.get_cancelled_exc_class() | KeyboardInterrupt):
+                    # Cancelled from outside (Ctrl-C of `world worker --once`, an app's
+                    # shutdown): hand the turn back now rather than hold it for its lease.
+                    # (A lease already settled or lost refuses this: nothing happens.)
+                    with anyio.move_on_after(OBSERVER_CLOSE_SECONDS, shield=True):
+                        await self._settle(lease, ack=False)
             else:
                 await watch.end(result)
             observing.cancel_scope.cancel()
@@ -520,7 +546,12 @@ class Worker:
             async def on_stop(event: anyio.Event) -> None:
                 nonlocal shutdown
                 await event.wait()
-                await anyio.sleep(self.grace)
+                hurry = self._stop_now
+                with anyio.move_on_after(self.grace):
+                    if hurry is None:
+                        await anyio.sleep_forever()
+                    else:
+                        await hurry.wait()  # a second signal: no more grace
                 shutdown = True
                 tg.cancel_scope.cancel()
 
@@ -961,11 +992,32 @@ class _Observing:
 
 
 async def _stop_on_signals(
-    stop: anyio.Event, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    worker: Worker,
+    stop: anyio.Event,
+    now: anyio.Event,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
+    """The first SIGTERM/SIGINT sets ``stop`` (a running turn gets the worker's ``grace``),
+    the next one ``now`` (it is released at once). Listens until cancelled: a second Ctrl-C
+    meets this receiver, not Python's default handler, which would raise KeyboardInterrupt
+    wherever the loop was and leave the turn's message held until its lease ran out."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
         task_status.started()
         async for signum in received:
-            log.info("signal %s: finishing the current turn, then stopping", signum)
-            stop.set()
-            return
+            name = signal.Signals(signum).name
+            if not stop.is_set():
+                stop.set()
+                if not worker._in_turn:
+                    log.warning("signal %s: no turn running; stopping", name)
+                    continue
+                log.warning(
+                    "signal %s: finishing the current turn (up to %g s, the grace), then "
+                    "stopping; %s again stops it now: its message is released for another worker",
+                    name,
+                    worker.grace,
+                    name,
+                )
+            elif not now.is_set():
+                log.warning("signal %s again: stopping now; the running turn is released", name)
+                now.set()

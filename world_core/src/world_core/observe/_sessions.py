@@ -60,6 +60,11 @@ class SessionSummary(BaseModel):
     updated_at: float | None = Field(description="UNIX time of its latest event, if recorded")
     events: int = Field(description="events in its current log")
     logs: int = Field(description="its logs (more than 1 once continued)")
+    parent: str | None = Field(
+        default=None,
+        description="for a child run (Journal.start_child): the turn that started it, "
+        "'<session>/<turn>'; None for a session of its own",
+    )
 
 
 class SessionPage(BaseModel):
@@ -116,7 +121,14 @@ async def _summary(world: World, log_id: str) -> SessionSummary:
                 if isinstance(body.get("at"), int | float)
             ]
             updated = float(max(times)) if times else None
+    parent = None
+    for _, body in view.inputs.values():
+        started_by = body.get("parent")
+        if isinstance(started_by, dict):
+            parent = f"{started_by.get('session')}/{started_by.get('turn')}"
+            break
     return SessionSummary(
+        parent=parent,
         session=session,
         status=status,
         turns=len(order),

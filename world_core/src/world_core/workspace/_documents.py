@@ -95,7 +95,7 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from world_core.errors import (
     ConflictError,
@@ -418,55 +418,75 @@ async def _read_head(world: World, blobs: Blobs, session_id: str, name: str) -> 
     return await _assemble(blobs, name, await _head_records(world, session_id, name))
 
 
+def _schema_error(message: str, head: _Head, current: int) -> DocumentSchemaError:
+    return DocumentSchemaError(message, document=head.name, stored=head.schema, current=current)
+
+
 def _to_model(model: type[M], head: _Head, session_id: str) -> M | None:
     if head.version == 0:
         return None
     current = schema_version(model)
     raw = head.raw
     if head.schema > current:
-        raise DocumentSchemaError(
+        raise _schema_error(
             f"document {head.name!r} of session {session_id!r} (version {head.version}) is "
             f"stored with schema version {head.schema}, newer than {model.__name__}'s "
             f"schema_version {current}: read it with the newer code (deploy it first)",
-            document=head.name,
-            stored=head.schema,
-            current=current,
+            head,
+            current,
         )
     if head.schema < current:
         migrate = getattr(model, "migrate", None)
         if migrate is None:
-            raise DocumentSchemaError(
+            raise _schema_error(
                 f"document {head.name!r} of session {session_id!r} is stored with schema "
                 f"version {head.schema}, {model.__name__} is at {current} and has no "
                 "migrate(value, from_version): add one",
-                document=head.name,
-                stored=head.schema,
-                current=current,
+                head,
+                current,
             )
         try:
             raw = migrate(copy.deepcopy(raw), head.schema)
         except Exception as exc:
-            raise DocumentSchemaError(
+            raise _schema_error(
                 f"document {head.name!r} of session {session_id!r}: {model.__name__}.migrate"
                 f"(value, from_version={head.schema}) raised {type(exc).__name__}: {exc}",
-                document=head.name,
-                stored=head.schema,
-                current=current,
+                head,
+                current,
             ) from exc
-    return model.model_validate(raw)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        if head.schema < current:
+            why = f"{model.__name__}.migrate(value, from_version={head.schema}) returned"
+            fix = "fix migrate"
+        else:
+            why = "it holds"
+            fix = (
+                f"if {model.__name__} changed, raise its schema_version (now {current}) and "
+                "give it a migrate(value, from_version) that converts the stored value"
+            )
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the value"
+        raise _schema_error(
+            f"document {head.name!r} of session {session_id!r} (version {head.version}, "
+            f"schema version {head.schema}) does not fit {model.__name__}: {why} a value "
+            f"with {exc.error_count()} error(s), first at {where}: {first['msg']}; {fix}",
+            head,
+            current,
+        ) from exc
 
 
 def _check_writable(head: _Head, schema: int, model: str, session_id: str) -> None:
     """Refuse to write over a version stored with a newer schema (old code, new data)."""
     if head.schema > schema:
-        raise DocumentSchemaError(
+        raise _schema_error(
             f"document {head.name!r} of session {session_id!r} (version {head.version}) is "
             f"stored with schema version {head.schema}, newer than {model}'s schema_version "
             f"{schema}: this code must not overwrite it (deploy the newer code); nothing was "
             "written",
-            document=head.name,
-            stored=head.schema,
-            current=schema,
+            head,
+            schema,
         )
 
 

@@ -67,6 +67,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from world_core.errors import (
     DocumentConflictError,
+    DocumentSchemaError,
     InvalidArgumentError,
     PathError,
     PathNotFoundError,
@@ -206,7 +207,10 @@ def _tree_errors() -> Iterator[None]:
     """A session document named like the tree that is not a tree: a clear error."""
     try:
         yield
-    except ValidationError as exc:
+    except (ValidationError, DocumentSchemaError) as error:
+        exc = error.__cause__ if isinstance(error, DocumentSchemaError) else error
+        if not isinstance(exc, ValidationError):
+            raise
         raise InvalidArgumentError(
             f"the session document {TREE_DOCUMENT!r} is not a workspace tree "
             f"({exc.error_count()} errors, first: {exc.errors()[0]['msg']}); another writer "

@@ -38,7 +38,7 @@ async function loadSessions() {
         el("a", { href: `#${encodeURIComponent(s.session)}`, "data-session": s.session,
                   class: s.session === state.session ? "selected" : "" },
           s.session, " ", badge(s.status),
-          el("small", {}, `${s.turns} turn(s) · ${s.updated_at ? new Date(s.updated_at * 1000).toLocaleString() : "-"}`)))
+          el("small", {}, `${s.turns} turn(s) · ${s.updated_at ? new Date(s.updated_at * 1000).toLocaleString() : "-"}${s.parent ? ` · child of ${s.parent}` : ""}`)))
     );
     if (!page.sessions.length) nav.replaceChildren(el("p", { class: "dim" }, "no sessions"));
   } catch (err) {
