@@ -4,8 +4,10 @@ journal's safe/never rules for calls inside LangGraph tasks."""
 
 from __future__ import annotations
 
+import base64
+import json
 import operator
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -24,11 +26,13 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, RetryPolicy, interrupt
 
+from world_conformance.wrappers import PassThroughLog, PassThroughWorld
 from world_core import (
     POSSIBLY_RAN,
     InvalidArgumentError,
     NewEvent,
     NonDeterminismError,
+    OutboxMessage,
     PossiblyRanError,
     SimulatedCrash,
     ToolError,
@@ -36,6 +40,7 @@ from world_core import (
     open_world,
 )
 from world_core.integrations.langgraph import WorldCheckpointSaver, durable_tool
+from world_core.spi import Log
 
 pytestmark = pytest.mark.anyio
 
@@ -559,3 +564,80 @@ async def test_arguments_that_are_not_json_need_a_key(world: World) -> None:
 
     state = await _graph(saver, node).ainvoke({"log": []}, _thread("t"))
     assert state["log"] == ["sent to ada"]
+
+
+class _OutcomeLandsLast(PassThroughLog):
+    """Before the first "interrupted" outcome is appended, appends ``landing`` (the other
+    run's own outcome, under the same key): it lands after the waiter's last look, as a slow
+    run's outcome can."""
+
+    def __init__(self, inner: Log) -> None:
+        super().__init__(inner)
+        self.landing: bytes | None = None
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        first = events[0]
+        if self.landing is not None and first.key is not None and b'"interrupted"' in first.data:
+            landing, self.landing = self.landing, None
+            await self.inner.append(log_id, [NewEvent(key=first.key, data=landing)])
+        return await super().append(
+            log_id, events, expect_tail=expect_tail, status=status, messages=messages
+        )
+
+
+async def test_an_outcome_landing_after_the_last_look_is_the_answer_not_interrupted(
+    world: World,
+) -> None:
+    """A run that waits out another run's never call looks for its outcome, finds none by the
+    deadline and records it interrupted: the other run's outcome may land between the last
+    look and that write. The outcome's key decides: the waiter's write is refused, it answers
+    with the call's real outcome, and the log holds that one outcome only."""
+    log = _OutcomeLandsLast(world.log)
+    saver = WorldCheckpointSaver(PassThroughWorld(world, log=log))
+    effects: list[str] = []
+    crash = [True]
+
+    async def send(to: str) -> str:
+        effects.append(to)
+        if crash[0]:
+            raise SimulatedCrash("the other run is still sending: no outcome yet")
+        return f"sent to {to}"
+
+    durable_send = durable_tool(send, replay="never", saver=saver, timeout=0.1)
+
+    async def node(state: State) -> dict[str, list[str]]:
+        try:
+            return {"log": [await durable_send("ada")]}
+        except PossiblyRanError as exc:
+            return {"log": [exc.error]}
+
+    graph = _graph(saver, node)
+    with pytest.raises(SimulatedCrash):
+        await graph.ainvoke({"log": []}, _thread("t"))
+    crash[0] = False
+    (steps_log,) = [
+        info.log_id
+        for info in (await world.log.list_logs(prefix="langgraph")).items
+        if "steps" in info.log_id
+    ]
+    (intent,) = await world.log.read(steps_log)
+    identity = json.loads(intent.data)["id"]
+    value = saver.serde.dumps_typed("sent to ada")
+    log.landing = json.dumps(
+        {"value": [value[0], base64.b64encode(value[1]).decode()], "id": identity}
+    ).encode()
+    with anyio.fail_after(30):
+        state = await graph.ainvoke(None, _thread("t"))
+    assert log.landing is None  # the other run's outcome landed right before the write
+    assert state["log"] == ["sent to ada"]
+    assert effects == ["ada"]
+    outcomes = [e for e in await world.log.read(steps_log) if e.key and e.key.endswith("outcome")]
+    assert [json.loads(e.data).get("interrupted") for e in outcomes] == [None]
