@@ -20,12 +20,16 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
-from agents.exceptions import UserError
+from agents.exceptions import ModelBehaviorError, UserError
 from agents.items import TResponseStreamEvent
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 
 from world_conformance import ContractBase
-from world_core import Client, InvalidArgumentError, Journal, Worker, World
+from world_core import Client, InvalidArgumentError, Journal, ModelReplyError, Worker, World
 from world_core.integrations.openai_agents import DurableAgent, WorldSession, tool_context
 from world_core.spi import Event
 
@@ -352,3 +356,72 @@ def test_recorded_responses_dump_as_the_live_ones() -> None:
         assert after.model_dump() == before.model_dump()
     assert replayed.to_input_items() == live.to_input_items()  # what the next request holds
     assert (replayed.usage.total_tokens, replayed.response_id) == (7, "resp_1")
+
+
+# -- poison replies: a model reply the SDK cannot use ---------------------------------------------
+
+
+class _CallsAMissingTool(Model):
+    """Every reply calls ``refund``, a tool the agent does not have."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        call = ResponseFunctionToolCall(
+            type="function_call", id="fc", call_id="c", name="refund", arguments='{"order": 1}'
+        )
+        return ModelResponse(output=[call], usage=Usage(requests=1), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+@pytest.mark.anyio
+async def test_a_reply_calling_a_missing_tool_fails_the_turn_at_once(world: World) -> None:
+    """The SDK refuses the reply (ModelBehaviorError); a replay reads the same recorded reply
+    and is refused the same way, so the turn fails on its first delivery, naming the tool.
+    It was retried with backoff before (five deliveries, each refused alike)."""
+    model = _CallsAMissingTool()
+    durable = DurableAgent(Agent(name="x", model=model, tools=[send]), replay={"send": "never"})
+    client = Client(world)
+    await client.submit("poison", "refund order 1", turn_id="t1")
+    result = await Worker(world, durable, crash=None, retry_delay=0.01).run_once(wait=5)
+    assert result is not None
+    assert result.status == "failed"
+    failure = await client.failure("poison", "t1")
+    assert failure is not None
+    assert failure.error_type == "ModelReplyError"
+    assert "Tool refund not found" in failure.error
+    assert failure.attempts == 1
+    assert model.calls == 1
+
+
+class _Unusable(Model):
+    """Answers with what the SDK's model cannot use: it raises ModelBehaviorError."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        raise ModelBehaviorError("the response holds an item of no known type")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+@pytest.mark.anyio
+async def test_an_unusable_reply_is_recorded_and_not_paid_for_again(world: World) -> None:
+    """The model call answered (paid) and its reply could not be used: the model step records
+    that, so a second run of the turn (its worker died before recording the failure) raises it
+    again without calling. Nothing was recorded before: each run paid again."""
+    model = _Unusable()
+    durable = DurableAgent(Agent(name="x", model=model), replay={})
+    await Client(world).submit("unusable", "hi", turn_id="t1")
+    for _ in range(2):
+        journal = await Journal.open(world, "unusable", "t1")
+        with pytest.raises(ModelReplyError, match="no known type"):
+            await durable.run_turn(journal)
+    assert model.calls == 1

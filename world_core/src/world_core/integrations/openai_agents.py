@@ -65,6 +65,10 @@ raised answers ``Error: ...`` (both recorded, so a replay answers the same).
 a replay that differs, a failed write) is raised as it was, not as the SDK's wrapper, so the
 worker handles it as for any turn. A run the SDK refuses as misconfigured (its ``UserError``)
 is a :class:`~world_core.errors.ConfigurationError`: the turn's failure is recorded at once.
+A model reply the SDK cannot use (its ``ModelBehaviorError``: a call of a tool the agent does
+not have, a final output its schema refuses) is a :class:`~world_core.errors.ModelReplyError`,
+also recorded at once: a replay reads the same recorded replies and would fail the same way
+(raised by the model itself, it is the model step's recorded outcome, never paid for again).
 Other SDK errors (``MaxTurnsExceeded``, a guardrail's tripwire) are retried like any
 unclassified error (cheaply: every recorded step is read back) until the worker records the
 failure.
@@ -97,7 +101,7 @@ from agents import (
     Usage,
 )
 from agents.agent_output import AgentOutputSchemaBase
-from agents.exceptions import UserError
+from agents.exceptions import ModelBehaviorError, UserError
 from agents.handoffs import Handoff
 from agents.items import TResponseOutputItem, TResponseStreamEvent
 from agents.memory import SessionSettings
@@ -115,6 +119,7 @@ from world_core.errors import (
     ConflictError,
     DuplicateKeyError,
     InvalidArgumentError,
+    ModelReplyError,
     PossiblyRanError,
     ToolError,
     WorldError,
@@ -510,18 +515,23 @@ class JournaledModel(Model):
         }
 
         async def call(_: ToolContext | None) -> dict[str, Any]:
-            response = await self.model.get_response(
-                system_instructions,
-                input,
-                model_settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            )
+            try:
+                response = await self.model.get_response(
+                    system_instructions,
+                    input,
+                    model_settings,
+                    tools,
+                    output_schema,
+                    handoffs,
+                    tracing,
+                    previous_response_id=previous_response_id,
+                    conversation_id=conversation_id,
+                    prompt=prompt,
+                )
+            except ModelBehaviorError as exc:
+                # The server answered (paid for) with what the SDK cannot use: recorded as the
+                # step's outcome, so no retry pays for the same request again.
+                raise ModelReplyError(f"the model's reply could not be used: {exc}") from exc
             return _response_json(response)
 
         self._escape.check()
@@ -736,6 +746,8 @@ class DurableAgent:
             TurnSuspended: the run waits for an approval (the worker resumes it later).
             ConfigurationError: the SDK refused the run as misconfigured (its ``UserError``):
                 the worker records the turn's failure at once.
+            ModelReplyError: the SDK could not use a model reply (its ``ModelBehaviorError``):
+                the worker records the turn's failure at once.
         """
         escape = _Escape()
         agent, config = self.durable(journal, escape)
@@ -774,6 +786,8 @@ class DurableAgent:
             escape.check()  # the journal's own error, as it was raised (not the SDK's wrapper)
             if isinstance(exc, UserError):  # the SDK misused: running it again fails the same
                 raise ConfigurationError(f"the OpenAI Agents SDK refused the run: {exc}") from exc
+            if isinstance(exc, ModelBehaviorError):  # from recorded replies: a replay fails alike
+                raise ModelReplyError(f"the model's reply could not be used: {exc}") from exc
             raise
 
     def _journaled_tool(
