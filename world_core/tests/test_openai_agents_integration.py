@@ -13,6 +13,7 @@ import anyio
 import pytest
 from agents import (
     Agent,
+    AgentHooks,
     Model,
     ModelProvider,
     ModelResponse,
@@ -425,3 +426,87 @@ async def test_an_unusable_reply_is_recorded_and_not_paid_for_again(world: World
         with pytest.raises(ModelReplyError, match="no known type"):
             await durable.run_turn(journal)
     assert model.calls == 1
+
+
+# -- parallel tool calls: their steps follow the reply's order ------------------------------------
+
+
+class _RefundsTwo(Model):
+    """Calls ``refund`` for orders a and b in one reply, then says what the calls returned."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        outputs = [i["output"] for i in args[1] if i.get("type") == "function_call_output"]
+        if outputs:
+            text = ResponseOutputText(type="output_text", text=" ".join(outputs), annotations=[])
+            done = ResponseOutputMessage(
+                type="message", id="m", role="assistant", status="completed", content=[text]
+            )
+            return ModelResponse(output=[done], usage=Usage(requests=1), response_id=None)
+        calls = [
+            ResponseFunctionToolCall(
+                type="function_call",
+                id=f"fc_{order}",
+                call_id=f"c_{order}",
+                name="refund",
+                arguments=json.dumps({"order": order}),
+            )
+            for order in ("a", "b")
+        ]
+        return ModelResponse(output=calls, usage=Usage(requests=1), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+class _SlowStart(AgentHooks[Any]):
+    """An ``on_tool_start`` hook that takes longer for some calls (a log shipped over the
+    network, say): how long changes from one run of the turn to the next."""
+
+    def __init__(self) -> None:
+        self.delays: dict[str, float] = {}
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        order = json.loads(getattr(context, "tool_arguments", "{}") or "{}").get("order", "")
+        await anyio.sleep(self.delays.get(order, 0))
+
+
+@pytest.mark.anyio
+async def test_parallel_tool_calls_take_their_steps_in_the_reply_s_order(world: World) -> None:
+    """Two never calls in one reply, each behind an on_tool_start hook whose latency differs
+    between the run and its replay: the steps are taken in the reply's order either way, so the
+    replay reads both back (no NonDeterminismError, no refund run again). They were taken in
+    the order the calls got through the hooks: the replay found refund b where refund a was
+    recorded and failed the turn."""
+    refunds: list[str] = []
+
+    @function_tool
+    def refund(order: str) -> str:
+        """Refund an order.
+
+        Args:
+            order: the order id.
+        """
+        refunds.append(order)
+        return f"refunded {order}"
+
+    hooks = _SlowStart()
+    model = _RefundsTwo()
+    agent = Agent(name="x", model=model, tools=[refund], hooks=hooks)
+    durable = DurableAgent(agent, replay={"refund": "never"})
+    client = Client(world)
+    await client.submit("parallel", "refund a and b", turn_id="t1")
+    hooks.delays = {"b": 0.3}  # a reaches its step first
+    result = await Worker(world, durable, crash=None).run_once(wait=5)
+    assert result is not None
+    assert result.status == "done"
+    assert await client.reply("parallel", "t1") == "refunded a refunded b"
+    hooks.delays = {"a": 0.3}  # the replay: b would reach its step first
+    journal = await Journal.open(world, "parallel", "t1")
+    with anyio.fail_after(30):
+        assert await durable.run_turn(journal) == "refunded a refunded b"
+    assert refunds == ["a", "b"]
+    assert model.calls == 2

@@ -48,8 +48,10 @@ turns (each message and reply, from the journal) and the turn's message; the SDK
 guardrails, hooks and any code around the calls) is run again on replay, and must make the
 same calls in the same order for the same inputs: a step that differs raises
 ``NonDeterminismError``. Function tools of one model response run one at a time, in the
-order the SDK starts them. Hosted tools (web search, file search ...) run inside the model
-call and are recorded with it. Not supported in a durable run (refused when the
+response's order: the run configuration's ``tool_execution.max_function_tool_concurrency`` is
+set to 1, so the SDK starts each call (its input guardrails and ``on_tool_start`` hooks
+included) once the one before has ended. Hosted tools (web search, file search ...) run
+inside the model call and are recorded with it. Not supported in a durable run (refused when the
 ``DurableAgent`` is built): MCP servers, handoffs, and local tools other than function tools
 (computer, shell, apply-patch), whose effects the journal cannot see; and ``Runner.run_streamed``.
 Tracing: the SDK exports traces to OpenAI unless disabled; a replayed model call would export a
@@ -97,6 +99,7 @@ from agents import (
     Runner,
     RunResult,
     RunState,
+    ToolExecutionConfig,
     TResponseInputItem,
     Usage,
 )
@@ -614,7 +617,8 @@ class DurableAgent:
             over waits for before answering for it.
         model_provider: where model names are looked up when ``agent.model`` is not a
             ``Model`` (default: the SDK's ``MultiProvider``, OpenAI).
-        run_config: the SDK's run configuration (its ``model_provider`` is replaced).
+        run_config: the SDK's run configuration (its ``model_provider`` is replaced, and its
+            ``tool_execution.max_function_tool_concurrency`` set to 1).
         max_turns: the SDK's ``max_turns`` for each run.
         approval_timeout: seconds a call waits for an approval.
         history_turns: how many earlier turns of the session the model sees (None: all).
@@ -736,7 +740,17 @@ class DurableAgent:
         if isinstance(model, Model):
             model = JournaledModel(model, journal, name=type(model).__name__, escape=escape)
         agent = self.agent.clone(model=model, tools=tools)
-        config = dataclasses.replace(self.run_config, model_provider=provider)
+        # One function tool call at a time, in the reply's order: the SDK starts each only once
+        # the one before has ended, so the calls' steps are taken in that order in every run.
+        # Started together, they took their steps in the order they got through the awaits
+        # before the tool (input guardrails, on_tool_start hooks), which a replay need not
+        # repeat: it found another call at a recorded step (NonDeterminismError).
+        execution = self.run_config.tool_execution or ToolExecutionConfig()
+        config = dataclasses.replace(
+            self.run_config,
+            model_provider=provider,
+            tool_execution=dataclasses.replace(execution, max_function_tool_concurrency=1),
+        )
         return agent, config
 
     async def run_turn(self, journal: Journal) -> str:
