@@ -22,7 +22,7 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.exceptions import ModelBehaviorError, UserError
-from agents.items import TResponseStreamEvent
+from agents.items import TResponseOutputItem, TResponseStreamEvent
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -446,7 +446,7 @@ class _RefundsTwo(Model):
                 type="message", id="m", role="assistant", status="completed", content=[text]
             )
             return ModelResponse(output=[done], usage=Usage(requests=1), response_id=None)
-        calls = [
+        calls: list[TResponseOutputItem] = [
             ResponseFunctionToolCall(
                 type="function_call",
                 id=f"fc_{order}",
