@@ -30,7 +30,15 @@ from openai.types.responses import (
 )
 
 from world_conformance import ContractBase
-from world_core import Client, InvalidArgumentError, Journal, ModelReplyError, Worker, World
+from world_core import (
+    Client,
+    InvalidArgumentError,
+    Journal,
+    ModelReplyError,
+    Replay,
+    Worker,
+    World,
+)
 from world_core.integrations.openai_agents import DurableAgent, WorldSession, tool_context
 from world_core.spi import Event
 
@@ -509,4 +517,72 @@ async def test_parallel_tool_calls_take_their_steps_in_the_reply_s_order(world: 
     with anyio.fail_after(30):
         assert await durable.run_turn(journal) == "refunded a refunded b"
     assert refunds == ["a", "b"]
+    assert model.calls == 2
+
+
+# -- a function tool's own timeout ----------------------------------------------------------------
+
+
+class _RefundsOnce(Model):
+    """Calls ``refund`` once, then answers with what the call returned."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        outputs = [i["output"] for i in args[1] if i.get("type") == "function_call_output"]
+        output: list[TResponseOutputItem]
+        if outputs:
+            text = ResponseOutputText(type="output_text", text=outputs[0], annotations=[])
+            output = [
+                ResponseOutputMessage(
+                    type="message", id="m", role="assistant", status="completed", content=[text]
+                )
+            ]
+        else:
+            call = ResponseFunctionToolCall(
+                type="function_call", id="fc", call_id="c", name="refund", arguments="{}"
+            )
+            output = [call]
+        return ModelResponse(output=output, usage=Usage(requests=1), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("label", ["never", "safe"])
+async def test_a_tool_cut_off_by_its_timeout_is_recorded_and_the_turn_goes_on(
+    world: World, label: Replay
+) -> None:
+    """A function tool with the SDK's ``timeout=`` runs past it: the call's step applies the
+    timeout and records the SDK's answer (the model is told as the SDK tells it), the turn
+    finishes, and a replay reads it back. The SDK's own timer cancelled the journal's step
+    before: the step stayed unfinished (a never call's intent without outcome) and the next
+    model call landed on the tool's position, so the turn failed with NonDeterminismError."""
+    runs: list[int] = []
+
+    @function_tool(timeout=0.2)
+    async def refund() -> str:
+        """Refund the order."""
+        runs.append(1)
+        await anyio.sleep(30)
+        return "refunded"
+
+    model = _RefundsOnce()
+    durable = DurableAgent(Agent(name="x", model=model, tools=[refund]), replay={"refund": label})
+    client = Client(world)
+    session = f"timeout-{label}"
+    await client.submit(session, "refund", turn_id="t1")
+    with anyio.fail_after(30):
+        result = await Worker(world, durable, crash=None).run_once(wait=5)
+    assert result is not None
+    assert result.status == "done"
+    reply = await client.reply(session, "t1")
+    assert reply == "Tool 'refund' timed out after 0.2 seconds."  # what the SDK tells
+    journal = await Journal.open(world, session, "t1")
+    with anyio.fail_after(30):
+        assert await durable.run_turn(journal) == reply
+    assert runs == [1]
     assert model.calls == 2

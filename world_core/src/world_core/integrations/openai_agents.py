@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import inspect
 import json
 import math
 import uuid
@@ -104,13 +105,14 @@ from agents import (
     Usage,
 )
 from agents.agent_output import AgentOutputSchemaBase
-from agents.exceptions import ModelBehaviorError, UserError
+from agents.exceptions import ModelBehaviorError, ToolTimeoutError, UserError
 from agents.handoffs import Handoff
 from agents.items import TResponseOutputItem, TResponseStreamEvent
 from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 from agents.models.multi_provider import MultiProvider
 from agents.tool import Tool as SDKTool
+from agents.tool import default_tool_timeout_error_message
 from agents.tool_context import ToolContext as SDKToolContext
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from pydantic import BaseModel, TypeAdapter
@@ -160,6 +162,7 @@ _ITEM_BLOB_BYTES = 64 * 1024  # a larger item is stored as a blob the event name
 _BATCH_BYTES = 4 * 1024 * 1024  # add_items appends at most this much per batch (8 MiB max)
 _WRITE_SECONDS = 30.0  # how long a write is retried (transient faults, pop conflicts)
 _FIRST_WINDOW = 16
+_TIMEOUT_MARGIN = 1.0  # a step's deadline past its tool's own timeout, so that answers first
 _MAX_WINDOW = 1000
 
 _OUTPUT_ITEM: TypeAdapter[TResponseOutputItem] = TypeAdapter(TResponseOutputItem)
@@ -613,8 +616,9 @@ class DurableAgent:
         replay: a label per function tool, by tool name: ``"safe"`` or ``"never"``. Required
             for every function tool of ``agent``, as for ``world``'s own tools.
         timeouts: seconds a call of each tool may take (default: the tool's own
-            ``timeout_seconds``, else 60): a ``never`` call's deadline, which a worker taking
-            over waits for before answering for it.
+            ``timeout_seconds`` plus a second, so that its timeout answers first, as the SDK
+            would, recorded with the call; else 60): a ``never`` call's deadline, which a
+            worker taking over waits for before answering for it.
         model_provider: where model names are looked up when ``agent.model`` is not a
             ``Model`` (default: the SDK's ``MultiProvider``, OpenAI).
         run_config: the SDK's run configuration (its ``model_provider`` is replaced, and its
@@ -808,14 +812,21 @@ class DurableAgent:
         self, item: FunctionTool, journal: Journal, lock: anyio.Lock, escape: _Escape
     ) -> FunctionTool:
         label = self.labels[item.name]
-        timeout = self.timeouts.get(item.name) or item.timeout_seconds or DEFAULT_TOOL_TIMEOUT
+        own = item.timeout_seconds  # the SDK's timeout of the call, applied inside its step
+        timeout = self.timeouts.get(item.name) or (
+            own + _TIMEOUT_MARGIN if own is not None else DEFAULT_TOOL_TIMEOUT
+        )
         invoke = item.on_invoke_tool
 
         async def on_invoke_tool(context: SDKToolContext[Any], arguments: str) -> Any:
             async def body(step: ToolContext | None) -> Any:
                 token = _CONTEXT.set(step)
                 try:
-                    return await invoke(context, arguments)
+                    if own is None:
+                        return await invoke(context, arguments)
+                    with anyio.move_on_after(own):
+                        return await invoke(context, arguments)
+                    return await _timed_out(item, own, context)
                 finally:
                     _CONTEXT.reset(token)
 
@@ -837,7 +848,24 @@ class DurableAgent:
                 except WorldError as exc:
                     raise escape.keep(exc) from None
 
-        return dataclasses.replace(item, on_invoke_tool=on_invoke_tool)
+        # The SDK's own timer would cancel the journal's step half-way (the step unfinished,
+        # the model told the call timed out, the next model call landing on the tool's
+        # position: NonDeterminismError); the step applies the timeout itself.
+        return dataclasses.replace(item, on_invoke_tool=on_invoke_tool, timeout_seconds=None)
+
+
+async def _timed_out(item: FunctionTool, seconds: float, context: SDKToolContext[Any]) -> Any:
+    """What the SDK answers for a function tool call past its ``timeout_seconds``, recorded as
+    the call's outcome: its ``timeout_error_function``'s result or its default message; with
+    ``timeout_behavior="raise_exception"``, its ``ToolTimeoutError`` (recorded as the call's
+    error, which the model is told)."""
+    error = ToolTimeoutError(tool_name=item.name, timeout_seconds=seconds)
+    if item.timeout_behavior == "raise_exception":
+        raise error
+    if item.timeout_error_function is None:
+        return default_tool_timeout_error_message(tool_name=item.name, timeout_seconds=seconds)
+    result = item.timeout_error_function(context, error)
+    return await result if inspect.isawaitable(result) else result
 
 
 def _arguments(text: str | None) -> Any:
