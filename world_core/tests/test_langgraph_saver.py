@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import operator
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -34,6 +35,7 @@ from world_core import (
     NonDeterminismError,
     OutboxMessage,
     PossiblyRanError,
+    Replay,
     SimulatedCrash,
     ToolError,
     World,
@@ -642,3 +644,43 @@ async def test_an_outcome_landing_after_the_last_look_is_the_answer_not_interrup
     assert effects == ["ada"]
     outcomes = [e for e in await world.log.read(steps_log) if e.key and e.key.endswith("outcome")]
     assert [json.loads(e.data).get("interrupted") for e in outcomes] == [None]
+
+
+@pytest.mark.parametrize("replay", ["never", "safe"])
+async def test_a_result_the_saver_cannot_store_is_recorded_as_the_call_s_failure(
+    world: World, replay: Replay
+) -> None:
+    """A call returns what the serializer cannot store (a client object, a lock): the call
+    happened, so its failure is recorded and raised as ToolError now and when the task runs
+    again, without running it again. The serializer's TypeError escaped before, after the
+    effect and before any outcome: a never call was answered "may have happened" once its
+    deadline passed, a safe one (a paid model call) ran again on every retry."""
+    saver = WorldCheckpointSaver(world)
+    effects: list[str] = []
+
+    async def send(to: str) -> Any:
+        effects.append(to)
+        return threading.Lock()  # what no serializer stores
+
+    durable_send = durable_tool(send, replay=replay, saver=saver, timeout=30)
+    errors: list[str] = []
+    crash = [True]
+
+    async def node(state: State) -> dict[str, list[str]]:
+        try:
+            await durable_send("ada")
+        except ToolError as exc:
+            errors.append(exc.error)
+        if crash[0]:
+            raise SimulatedCrash("killed after the call")
+        return {"log": ["ran"]}
+
+    graph = _graph(saver, node)
+    with anyio.fail_after(10), pytest.raises(SimulatedCrash):
+        await graph.ainvoke({"log": []}, _thread("t"))
+    crash[0] = False
+    with anyio.fail_after(10):
+        await graph.ainvoke(None, _thread("t"))  # the super-step runs again
+    error = "send returned a value the saver cannot store: Type is not msgpack serializable"
+    assert [entry[: len(error)] for entry in errors] == [error, error]
+    assert effects == ["ada"]
