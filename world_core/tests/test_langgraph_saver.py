@@ -243,8 +243,10 @@ async def test_a_checkpoint_id_is_written_once(world: World) -> None:
 # -- durable_tool --------------------------------------------------------------------------
 
 
-async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: World) -> None:
-    saver = WorldCheckpointSaver(world)
+async def _send_cut_off(saver: WorldCheckpointSaver, seconds: float) -> tuple[Any, list[str]]:
+    """A graph (thread "t") whose never send to ada was cut off after its effect, before its
+    outcome (its timeout: seconds): its first run raised SimulatedCrash there; the next run
+    resumes. And the effects."""
     effects: list[str] = []
     crash = [True]
 
@@ -254,7 +256,7 @@ async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: Wor
             raise SimulatedCrash("killed after the effect, before its outcome")
         return f"sent to {to}"
 
-    durable_send = durable_tool(send, replay="never", saver=saver, timeout=0.2)
+    durable_send = durable_tool(send, replay="never", saver=saver, timeout=seconds)
 
     async def node(state: State) -> dict[str, list[str]]:
         try:
@@ -266,6 +268,11 @@ async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: Wor
     with pytest.raises(SimulatedCrash):
         await graph.ainvoke({"log": []}, _thread("t"))
     crash[0] = False
+    return graph, effects
+
+
+async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: World) -> None:
+    graph, effects = await _send_cut_off(WorldCheckpointSaver(world), 0.2)
     with anyio.fail_after(30):
         state = await graph.ainvoke(None, _thread("t"))  # the super-step runs again
     assert state["log"] == [POSSIBLY_RAN]
@@ -605,27 +612,7 @@ async def test_an_outcome_landing_after_the_last_look_is_the_answer_not_interrup
     with the call's real outcome, and the log holds that one outcome only."""
     log = _OutcomeLandsLast(world.log)
     saver = WorldCheckpointSaver(PassThroughWorld(world, log=log))
-    effects: list[str] = []
-    crash = [True]
-
-    async def send(to: str) -> str:
-        effects.append(to)
-        if crash[0]:
-            raise SimulatedCrash("the other run is still sending: no outcome yet")
-        return f"sent to {to}"
-
-    durable_send = durable_tool(send, replay="never", saver=saver, timeout=0.1)
-
-    async def node(state: State) -> dict[str, list[str]]:
-        try:
-            return {"log": [await durable_send("ada")]}
-        except PossiblyRanError as exc:
-            return {"log": [exc.error]}
-
-    graph = _graph(saver, node)
-    with pytest.raises(SimulatedCrash):
-        await graph.ainvoke({"log": []}, _thread("t"))
-    crash[0] = False
+    graph, effects = await _send_cut_off(saver, 0.1)  # as if another run is still sending
     (steps_log,) = [
         info.log_id
         for info in (await world.log.list_logs(prefix="langgraph")).items

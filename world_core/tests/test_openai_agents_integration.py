@@ -439,10 +439,12 @@ async def test_an_unusable_reply_is_recorded_and_not_paid_for_again(world: World
 # -- parallel tool calls: their steps follow the reply's order ------------------------------------
 
 
-class _RefundsTwo(Model):
-    """Calls ``refund`` for orders a and b in one reply, then says what the calls returned."""
+class _Refunds(Model):
+    """Calls ``refund`` for each of ``orders`` in one reply, then says what the calls
+    returned."""
 
-    def __init__(self) -> None:
+    def __init__(self, *orders: str) -> None:
+        self.orders = orders
         self.calls = 0
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
@@ -462,7 +464,7 @@ class _RefundsTwo(Model):
                 name="refund",
                 arguments=json.dumps({"order": order}),
             )
-            for order in ("a", "b")
+            for order in self.orders
         ]
         return ModelResponse(output=calls, usage=Usage(requests=1), response_id=None)
 
@@ -502,7 +504,7 @@ async def test_parallel_tool_calls_take_their_steps_in_the_reply_s_order(world: 
         return f"refunded {order}"
 
     hooks = _SlowStart()
-    model = _RefundsTwo()
+    model = _Refunds("a", "b")
     agent = Agent(name="x", model=model, tools=[refund], hooks=hooks)
     durable = DurableAgent(agent, replay={"refund": "never"})
     client = Client(world)
@@ -523,34 +525,6 @@ async def test_parallel_tool_calls_take_their_steps_in_the_reply_s_order(world: 
 # -- a function tool's own timeout ----------------------------------------------------------------
 
 
-class _RefundsOnce(Model):
-    """Calls ``refund`` once, then answers with what the call returned."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        self.calls += 1
-        outputs = [i["output"] for i in args[1] if i.get("type") == "function_call_output"]
-        output: list[TResponseOutputItem]
-        if outputs:
-            text = ResponseOutputText(type="output_text", text=outputs[0], annotations=[])
-            output = [
-                ResponseOutputMessage(
-                    type="message", id="m", role="assistant", status="completed", content=[text]
-                )
-            ]
-        else:
-            call = ResponseFunctionToolCall(
-                type="function_call", id="fc", call_id="c", name="refund", arguments="{}"
-            )
-            output = [call]
-        return ModelResponse(output=output, usage=Usage(requests=1), response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise NotImplementedError
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("label", ["never", "safe"])
 async def test_a_tool_cut_off_by_its_timeout_is_recorded_and_the_turn_goes_on(
@@ -564,13 +538,17 @@ async def test_a_tool_cut_off_by_its_timeout_is_recorded_and_the_turn_goes_on(
     runs: list[int] = []
 
     @function_tool(timeout=0.2)
-    async def refund() -> str:
-        """Refund the order."""
+    async def refund(order: str) -> str:
+        """Refund an order.
+
+        Args:
+            order: the order id.
+        """
         runs.append(1)
         await anyio.sleep(30)
         return "refunded"
 
-    model = _RefundsOnce()
+    model = _Refunds("a")
     durable = DurableAgent(Agent(name="x", model=model, tools=[refund]), replay={"refund": label})
     client = Client(world)
     session = f"timeout-{label}"
