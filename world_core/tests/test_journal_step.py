@@ -23,6 +23,7 @@ from world_core import (
 )
 from world_core.errors import (
     InvalidArgumentError,
+    ModelReplyError,
     NonDeterminismError,
     PossiblyRanError,
     ToolError,
@@ -165,6 +166,26 @@ async def test_a_failing_tool_step_is_recorded_and_a_model_error_is_not(
         return "ok"
 
     assert await replay.step("model", "chat", fine) == "ok"
+
+
+async def test_an_unusable_paid_reply_of_a_model_step_is_recorded(world: World, turn: str) -> None:
+    """A model step whose call raises ModelReplyError (the server answered, so it was paid
+    for, with what the adapter cannot use) records it: a replay raises it again and calls
+    nothing. It was not recorded before, so each redelivery of the turn paid again."""
+    calls: list[int] = []
+
+    async def unusable(context: ToolContext | None) -> str:
+        calls.append(1)
+        raise ModelReplyError("the reply names no known tool", raw="{...}")
+
+    journal = await Journal.open(world, "s", turn)
+    with pytest.raises(ModelReplyError, match="names no known tool"):
+        await journal.step("model", "chat", unusable, input={"m": 1})
+    replay = await Journal.open(world, "s", turn)
+    with pytest.raises(ModelReplyError, match="names no known tool") as raised:
+        await replay.step("model", "chat", unusable, input={"m": 1})
+    assert raised.value.raw == "{...}"
+    assert calls == [1]
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,11 @@ journal's safe/never rules for calls inside LangGraph tasks."""
 
 from __future__ import annotations
 
+import base64
+import json
 import operator
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -24,18 +27,22 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, RetryPolicy, interrupt
 
+from world_conformance.wrappers import PassThroughLog, PassThroughWorld
 from world_core import (
     POSSIBLY_RAN,
     InvalidArgumentError,
     NewEvent,
     NonDeterminismError,
+    OutboxMessage,
     PossiblyRanError,
+    Replay,
     SimulatedCrash,
     ToolError,
     World,
     open_world,
 )
 from world_core.integrations.langgraph import WorldCheckpointSaver, durable_tool
+from world_core.spi import Log
 
 pytestmark = pytest.mark.anyio
 
@@ -236,8 +243,10 @@ async def test_a_checkpoint_id_is_written_once(world: World) -> None:
 # -- durable_tool --------------------------------------------------------------------------
 
 
-async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: World) -> None:
-    saver = WorldCheckpointSaver(world)
+async def _send_cut_off(saver: WorldCheckpointSaver, seconds: float) -> tuple[Any, list[str]]:
+    """A graph (thread "t") whose never send to ada was cut off after its effect, before its
+    outcome (its timeout: seconds): its first run raised SimulatedCrash there; the next run
+    resumes. And the effects."""
     effects: list[str] = []
     crash = [True]
 
@@ -247,7 +256,7 @@ async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: Wor
             raise SimulatedCrash("killed after the effect, before its outcome")
         return f"sent to {to}"
 
-    durable_send = durable_tool(send, replay="never", saver=saver, timeout=0.2)
+    durable_send = durable_tool(send, replay="never", saver=saver, timeout=seconds)
 
     async def node(state: State) -> dict[str, list[str]]:
         try:
@@ -259,6 +268,11 @@ async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: Wor
     with pytest.raises(SimulatedCrash):
         await graph.ainvoke({"log": []}, _thread("t"))
     crash[0] = False
+    return graph, effects
+
+
+async def test_a_never_call_cut_off_is_not_run_again_and_may_have_run(world: World) -> None:
+    graph, effects = await _send_cut_off(WorldCheckpointSaver(world), 0.2)
     with anyio.fail_after(30):
         state = await graph.ainvoke(None, _thread("t"))  # the super-step runs again
     assert state["log"] == [POSSIBLY_RAN]
@@ -559,3 +573,101 @@ async def test_arguments_that_are_not_json_need_a_key(world: World) -> None:
 
     state = await _graph(saver, node).ainvoke({"log": []}, _thread("t"))
     assert state["log"] == ["sent to ada"]
+
+
+class _OutcomeLandsLast(PassThroughLog):
+    """Before the first "interrupted" outcome is appended, appends ``landing`` (the other
+    run's own outcome, under the same key): it lands after the waiter's last look, as a slow
+    run's outcome can."""
+
+    def __init__(self, inner: Log) -> None:
+        super().__init__(inner)
+        self.landing: bytes | None = None
+        self.landed = False
+
+    async def append(
+        self,
+        log_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expect_tail: int | None = None,
+        status: str | None = None,
+        messages: Sequence[OutboxMessage] = (),
+    ) -> int:
+        first = events[0]
+        if self.landing is not None and first.key is not None and b'"interrupted"' in first.data:
+            landing, self.landing, self.landed = self.landing, None, True
+            await self.inner.append(log_id, [NewEvent(key=first.key, data=landing)])
+        return await super().append(
+            log_id, events, expect_tail=expect_tail, status=status, messages=messages
+        )
+
+
+async def test_an_outcome_landing_after_the_last_look_is_the_answer_not_interrupted(
+    world: World,
+) -> None:
+    """A run that waits out another run's never call looks for its outcome, finds none by the
+    deadline and records it interrupted: the other run's outcome may land between the last
+    look and that write. The outcome's key decides: the waiter's write is refused, it answers
+    with the call's real outcome, and the log holds that one outcome only."""
+    log = _OutcomeLandsLast(world.log)
+    saver = WorldCheckpointSaver(PassThroughWorld(world, log=log))
+    graph, effects = await _send_cut_off(saver, 0.1)  # as if another run is still sending
+    (steps_log,) = [
+        info.log_id
+        for info in (await world.log.list_logs(prefix="langgraph")).items
+        if "steps" in info.log_id
+    ]
+    (intent,) = await world.log.read(steps_log)
+    identity = json.loads(intent.data)["id"]
+    value = saver.serde.dumps_typed("sent to ada")
+    log.landing = json.dumps(
+        {"value": [value[0], base64.b64encode(value[1]).decode()], "id": identity}
+    ).encode()
+    with anyio.fail_after(30):
+        state = await graph.ainvoke(None, _thread("t"))
+    assert log.landed  # the other run's outcome landed right before the write
+    assert state["log"] == ["sent to ada"]
+    assert effects == ["ada"]
+    outcomes = [e for e in await world.log.read(steps_log) if e.key and e.key.endswith("outcome")]
+    assert [json.loads(e.data).get("interrupted") for e in outcomes] == [None]
+
+
+@pytest.mark.parametrize("replay", ["never", "safe"])
+async def test_a_result_the_saver_cannot_store_is_recorded_as_the_call_s_failure(
+    world: World, replay: Replay
+) -> None:
+    """A call returns what the serializer cannot store (a client object, a lock): the call
+    happened, so its failure is recorded and raised as ToolError now and when the task runs
+    again, without running it again. The serializer's TypeError escaped before, after the
+    effect and before any outcome: a never call was answered "may have happened" once its
+    deadline passed, a safe one (a paid model call) ran again on every retry."""
+    saver = WorldCheckpointSaver(world)
+    effects: list[str] = []
+
+    async def send(to: str) -> Any:
+        effects.append(to)
+        return threading.Lock()  # what no serializer stores
+
+    durable_send = durable_tool(send, replay=replay, saver=saver, timeout=30)
+    errors: list[str] = []
+    crash = [True]
+
+    async def node(state: State) -> dict[str, list[str]]:
+        try:
+            await durable_send("ada")
+        except ToolError as exc:
+            errors.append(exc.error)
+        if crash[0]:
+            raise SimulatedCrash("killed after the call")
+        return {"log": ["ran"]}
+
+    graph = _graph(saver, node)
+    with anyio.fail_after(10), pytest.raises(SimulatedCrash):
+        await graph.ainvoke({"log": []}, _thread("t"))
+    crash[0] = False
+    with anyio.fail_after(10):
+        await graph.ainvoke(None, _thread("t"))  # the super-step runs again
+    error = "send returned a value the saver cannot store: Type is not msgpack serializable"
+    assert [entry[: len(error)] for entry in errors] == [error, error]
+    assert effects == ["ada"]

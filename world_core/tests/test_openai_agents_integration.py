@@ -13,6 +13,7 @@ import anyio
 import pytest
 from agents import (
     Agent,
+    AgentHooks,
     Model,
     ModelProvider,
     ModelResponse,
@@ -20,12 +21,24 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
-from agents.exceptions import UserError
-from agents.items import TResponseStreamEvent
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+from agents.exceptions import ModelBehaviorError, UserError
+from agents.items import TResponseOutputItem, TResponseStreamEvent
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
 
 from world_conformance import ContractBase
-from world_core import Client, InvalidArgumentError, Journal, Worker, World
+from world_core import (
+    Client,
+    InvalidArgumentError,
+    Journal,
+    ModelReplyError,
+    Replay,
+    Worker,
+    World,
+)
 from world_core.integrations.openai_agents import DurableAgent, WorldSession, tool_context
 from world_core.spi import Event
 
@@ -352,3 +365,202 @@ def test_recorded_responses_dump_as_the_live_ones() -> None:
         assert after.model_dump() == before.model_dump()
     assert replayed.to_input_items() == live.to_input_items()  # what the next request holds
     assert (replayed.usage.total_tokens, replayed.response_id) == (7, "resp_1")
+
+
+# -- poison replies: a model reply the SDK cannot use ---------------------------------------------
+
+
+class _CallsAMissingTool(Model):
+    """Every reply calls ``refund``, a tool the agent does not have."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        call = ResponseFunctionToolCall(
+            type="function_call", id="fc", call_id="c", name="refund", arguments='{"order": 1}'
+        )
+        return ModelResponse(output=[call], usage=Usage(requests=1), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+@pytest.mark.anyio
+async def test_a_reply_calling_a_missing_tool_fails_the_turn_at_once(world: World) -> None:
+    """The SDK refuses the reply (ModelBehaviorError); a replay reads the same recorded reply
+    and is refused the same way, so the turn fails on its first delivery, naming the tool.
+    It was retried with backoff before (five deliveries, each refused alike)."""
+    model = _CallsAMissingTool()
+    durable = DurableAgent(Agent(name="x", model=model, tools=[send]), replay={"send": "never"})
+    client = Client(world)
+    await client.submit("poison", "refund order 1", turn_id="t1")
+    result = await Worker(world, durable, crash=None, retry_delay=0.01).run_once(wait=5)
+    assert result is not None
+    assert result.status == "failed"
+    failure = await client.failure("poison", "t1")
+    assert failure is not None
+    assert failure.error_type == "ModelReplyError"
+    assert "Tool refund not found" in failure.error
+    assert failure.attempts == 1
+    assert model.calls == 1
+
+
+class _Unusable(Model):
+    """Answers with what the SDK's model cannot use: it raises ModelBehaviorError."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        raise ModelBehaviorError("the response holds an item of no known type")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+@pytest.mark.anyio
+async def test_an_unusable_reply_is_recorded_and_not_paid_for_again(world: World) -> None:
+    """The model call answered (paid) and its reply could not be used: the model step records
+    that, so a second run of the turn (its worker died before recording the failure) raises it
+    again without calling. Nothing was recorded before: each run paid again."""
+    model = _Unusable()
+    durable = DurableAgent(Agent(name="x", model=model), replay={})
+    await Client(world).submit("unusable", "hi", turn_id="t1")
+    for _ in range(2):
+        journal = await Journal.open(world, "unusable", "t1")
+        with pytest.raises(ModelReplyError, match="no known type"):
+            await durable.run_turn(journal)
+    assert model.calls == 1
+
+
+# -- parallel tool calls: their steps follow the reply's order ------------------------------------
+
+
+class _Refunds(Model):
+    """Calls ``refund`` for each of ``orders`` in one reply, then says what the calls
+    returned."""
+
+    def __init__(self, *orders: str) -> None:
+        self.orders = orders
+        self.calls = 0
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.calls += 1
+        outputs = [i["output"] for i in args[1] if i.get("type") == "function_call_output"]
+        if outputs:
+            text = ResponseOutputText(type="output_text", text=" ".join(outputs), annotations=[])
+            done = ResponseOutputMessage(
+                type="message", id="m", role="assistant", status="completed", content=[text]
+            )
+            return ModelResponse(output=[done], usage=Usage(requests=1), response_id=None)
+        calls: list[TResponseOutputItem] = [
+            ResponseFunctionToolCall(
+                type="function_call",
+                id=f"fc_{order}",
+                call_id=f"c_{order}",
+                name="refund",
+                arguments=json.dumps({"order": order}),
+            )
+            for order in self.orders
+        ]
+        return ModelResponse(output=calls, usage=Usage(requests=1), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
+class _SlowStart(AgentHooks[Any]):
+    """An ``on_tool_start`` hook that takes longer for some calls (a log shipped over the
+    network, say): how long changes from one run of the turn to the next."""
+
+    def __init__(self) -> None:
+        self.delays: dict[str, float] = {}
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        order = json.loads(getattr(context, "tool_arguments", "{}") or "{}").get("order", "")
+        await anyio.sleep(self.delays.get(order, 0))
+
+
+@pytest.mark.anyio
+async def test_parallel_tool_calls_take_their_steps_in_the_reply_s_order(world: World) -> None:
+    """Two never calls in one reply, each behind an on_tool_start hook whose latency differs
+    between the run and its replay: the steps are taken in the reply's order either way, so the
+    replay reads both back (no NonDeterminismError, no refund run again). They were taken in
+    the order the calls got through the hooks: the replay found refund b where refund a was
+    recorded and failed the turn."""
+    refunds: list[str] = []
+
+    @function_tool
+    def refund(order: str) -> str:
+        """Refund an order.
+
+        Args:
+            order: the order id.
+        """
+        refunds.append(order)
+        return f"refunded {order}"
+
+    hooks = _SlowStart()
+    model = _Refunds("a", "b")
+    agent = Agent(name="x", model=model, tools=[refund], hooks=hooks)
+    durable = DurableAgent(agent, replay={"refund": "never"})
+    client = Client(world)
+    await client.submit("parallel", "refund a and b", turn_id="t1")
+    hooks.delays = {"b": 0.3}  # a reaches its step first
+    result = await Worker(world, durable, crash=None).run_once(wait=5)
+    assert result is not None
+    assert result.status == "done"
+    assert await client.reply("parallel", "t1") == "refunded a refunded b"
+    hooks.delays = {"a": 0.3}  # the replay: b would reach its step first
+    journal = await Journal.open(world, "parallel", "t1")
+    with anyio.fail_after(30):
+        assert await durable.run_turn(journal) == "refunded a refunded b"
+    assert refunds == ["a", "b"]
+    assert model.calls == 2
+
+
+# -- a function tool's own timeout ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("label", ["never", "safe"])
+async def test_a_tool_cut_off_by_its_timeout_is_recorded_and_the_turn_goes_on(
+    world: World, label: Replay
+) -> None:
+    """A function tool with the SDK's ``timeout=`` runs past it: the call's step applies the
+    timeout and records the SDK's answer (the model is told as the SDK tells it), the turn
+    finishes, and a replay reads it back. The SDK's own timer cancelled the journal's step
+    before: the step stayed unfinished (a never call's intent without outcome) and the next
+    model call landed on the tool's position, so the turn failed with NonDeterminismError."""
+    runs: list[int] = []
+
+    @function_tool(timeout=0.2)
+    async def refund(order: str) -> str:
+        """Refund an order.
+
+        Args:
+            order: the order id.
+        """
+        runs.append(1)
+        await anyio.sleep(30)
+        return "refunded"
+
+    model = _Refunds("a")
+    durable = DurableAgent(Agent(name="x", model=model, tools=[refund]), replay={"refund": label})
+    client = Client(world)
+    session = f"timeout-{label}"
+    await client.submit(session, "refund", turn_id="t1")
+    with anyio.fail_after(30):
+        result = await Worker(world, durable, crash=None).run_once(wait=5)
+    assert result is not None
+    assert result.status == "done"
+    reply = await client.reply(session, "t1")
+    assert reply == "Tool 'refund' timed out after 0.2 seconds."  # what the SDK tells
+    journal = await Journal.open(world, session, "t1")
+    with anyio.fail_after(30):
+        assert await durable.run_turn(journal) == reply
+    assert runs == [1]
+    assert model.calls == 2

@@ -43,6 +43,7 @@ from pydantic_ai.durable_exec import (
     ToolsetGetToolsId,
     ToolsetValidateToolArgumentsId,
 )
+from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
     ModelMessage,
@@ -76,7 +77,7 @@ from world_core import (
     replay_check,
     session_log_id,
 )
-from world_core.errors import ConfigurationError, InvalidArgumentError
+from world_core.errors import ConfigurationError, InvalidArgumentError, ModelReplyError
 from world_core.integrations.pydantic_ai import (
     WorldAgent,
     WorldApprovals,
@@ -990,3 +991,57 @@ async def test_a_send_refused_for_a_lost_lease_runs_on_the_next_attempt(
     assert (second.status, second.reply) == ("done", REPLY)
     assert len(sink.lines("s")) == 1, sink.lines("s")
     assert not [text for text in said if "lease" in text.lower()], said
+
+
+# -- poison replies: model replies pydantic-ai cannot use -----------------------------------------
+
+
+async def test_replies_calling_a_missing_tool_fail_the_turn_at_once(
+    local: World, sink: Sink
+) -> None:
+    """Every reply calls a tool the agent does not have, past pydantic-ai's retries
+    (UnexpectedModelBehavior): a replay reads the same recorded replies and ends the same way,
+    so the turn fails on its first delivery and no request is paid for again. It was retried
+    with backoff before (five deliveries, each ending alike)."""
+    calls: list[int] = []
+
+    def poison(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(1)
+        return ModelResponse(parts=[ToolCallPart("refund", '{"order": ', tool_call_id="c1")])
+
+    agent = make_agent(sink, poison)
+    client = Client(local)
+    await client.submit("poison", MESSAGE, turn_id=TURN)
+    result = await Worker(local, WorldAgent(agent), crash=None, retry_delay=0.01).run_once(wait=5)
+    assert result is not None
+    assert result.status == "failed"
+    failure = await client.failure("poison", TURN)
+    assert failure is not None
+    assert failure.error_type == "ModelReplyError"
+    assert "'refund' exceeded max retries" in failure.error
+    assert failure.attempts == 1
+    assert len(calls) == 2  # the reply and its one retry, each paid once
+    assert sink.lines("poison") == []
+
+
+async def test_a_reply_the_model_cannot_use_is_recorded_and_not_paid_for_again(
+    local: World, sink: Sink
+) -> None:
+    """The model request answered (paid) with what pydantic-ai cannot use (the model raises
+    UnexpectedModelBehavior): the model step records it, so a second run of the turn (its
+    worker died before recording the failure) raises it again without a request. Nothing was
+    recorded before: each run paid again."""
+    calls: list[int] = []
+
+    def unusable(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(1)
+        raise UnexpectedModelBehavior("Received empty model response", body="{}")
+
+    agent = make_agent(sink, unusable)
+    await Client(local).submit("unusable", MESSAGE, turn_id=TURN)
+    for _ in range(2):
+        with pytest.raises(ModelReplyError, match="empty model response") as raised:
+            await run_turn(local, "unusable", agent)
+        assert raised.value.raw == "{}"
+        assert isinstance(raised.value, UnexpectedModelBehavior)  # what pydantic-ai expects
+    assert calls == [1]

@@ -1060,7 +1060,8 @@ def durable_tool(
       crashes. Deadlines are on the local clock: the machines resuming
       a thread must agree on the time within ``CLOCK_MARGIN`` (1 s), as NTP keeps them.
 
-    An exception from a ``never`` call is its recorded outcome (the call happened): it is
+    An exception from a ``never`` call is its recorded outcome (the call happened), and so is
+    a result, of any call, that the saver's serializer cannot store: it is
     raised as :class:`~world_core.ToolError` now and on every later run of the task, a
     ``RetryPolicy``'s next attempt included (to try again, make it another call: another
     task, or another ``key``). An async ``never`` call still running at its deadline is
@@ -1151,7 +1152,13 @@ def durable_tool(
     def record(value: Any = None, error: Exception | None = None) -> dict[str, Any]:
         if error is not None:
             return {"error": f"{type(error).__name__}: {error}"}
-        return {"value": _typed(saver.serde.dumps_typed(value))}
+        try:
+            return {"value": _typed(saver.serde.dumps_typed(value))}
+        except Exception as exc:
+            # The call happened and its result cannot be stored: record that it failed, as the
+            # journal does for a result JSON cannot hold (raising here left a never call's
+            # intent without outcome, answered "may have happened" after its deadline).
+            return {"error": f"{step_name} returned a value the saver cannot store: {exc}"}
 
     def answer(call: _Call, outcome: dict[str, Any]) -> Any:
         if outcome.get("interrupted"):

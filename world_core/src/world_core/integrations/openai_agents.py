@@ -48,8 +48,10 @@ turns (each message and reply, from the journal) and the turn's message; the SDK
 guardrails, hooks and any code around the calls) is run again on replay, and must make the
 same calls in the same order for the same inputs: a step that differs raises
 ``NonDeterminismError``. Function tools of one model response run one at a time, in the
-order the SDK starts them. Hosted tools (web search, file search ...) run inside the model
-call and are recorded with it. Not supported in a durable run (refused when the
+response's order: the run configuration's ``tool_execution.max_function_tool_concurrency`` is
+set to 1, so the SDK starts each call (its input guardrails and ``on_tool_start`` hooks
+included) once the one before has ended. Hosted tools (web search, file search ...) run
+inside the model call and are recorded with it. Not supported in a durable run (refused when the
 ``DurableAgent`` is built): MCP servers, handoffs, and local tools other than function tools
 (computer, shell, apply-patch), whose effects the journal cannot see; and ``Runner.run_streamed``.
 Tracing: the SDK exports traces to OpenAI unless disabled; a replayed model call would export a
@@ -65,6 +67,10 @@ raised answers ``Error: ...`` (both recorded, so a replay answers the same).
 a replay that differs, a failed write) is raised as it was, not as the SDK's wrapper, so the
 worker handles it as for any turn. A run the SDK refuses as misconfigured (its ``UserError``)
 is a :class:`~world_core.errors.ConfigurationError`: the turn's failure is recorded at once.
+A model reply the SDK cannot use (its ``ModelBehaviorError``: a call of a tool the agent does
+not have, a final output its schema refuses) is a :class:`~world_core.errors.ModelReplyError`,
+also recorded at once: a replay reads the same recorded replies and would fail the same way
+(raised by the model itself, it is the model step's recorded outcome, never paid for again).
 Other SDK errors (``MaxTurnsExceeded``, a guardrail's tripwire) are retried like any
 unclassified error (cheaply: every recorded step is read back) until the worker records the
 failure.
@@ -74,6 +80,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import inspect
 import json
 import math
 import uuid
@@ -93,17 +100,19 @@ from agents import (
     Runner,
     RunResult,
     RunState,
+    ToolExecutionConfig,
     TResponseInputItem,
     Usage,
 )
 from agents.agent_output import AgentOutputSchemaBase
-from agents.exceptions import UserError
+from agents.exceptions import ModelBehaviorError, ToolTimeoutError, UserError
 from agents.handoffs import Handoff
 from agents.items import TResponseOutputItem, TResponseStreamEvent
 from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 from agents.models.multi_provider import MultiProvider
 from agents.tool import Tool as SDKTool
+from agents.tool import default_tool_timeout_error_message
 from agents.tool_context import ToolContext as SDKToolContext
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from pydantic import BaseModel, TypeAdapter
@@ -115,6 +124,7 @@ from world_core.errors import (
     ConflictError,
     DuplicateKeyError,
     InvalidArgumentError,
+    ModelReplyError,
     PossiblyRanError,
     ToolError,
     WorldError,
@@ -152,6 +162,7 @@ _ITEM_BLOB_BYTES = 64 * 1024  # a larger item is stored as a blob the event name
 _BATCH_BYTES = 4 * 1024 * 1024  # add_items appends at most this much per batch (8 MiB max)
 _WRITE_SECONDS = 30.0  # how long a write is retried (transient faults, pop conflicts)
 _FIRST_WINDOW = 16
+_TIMEOUT_MARGIN = 1.0  # a step's deadline past its tool's own timeout, so that answers first
 _MAX_WINDOW = 1000
 
 _OUTPUT_ITEM: TypeAdapter[TResponseOutputItem] = TypeAdapter(TResponseOutputItem)
@@ -510,18 +521,23 @@ class JournaledModel(Model):
         }
 
         async def call(_: ToolContext | None) -> dict[str, Any]:
-            response = await self.model.get_response(
-                system_instructions,
-                input,
-                model_settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            )
+            try:
+                response = await self.model.get_response(
+                    system_instructions,
+                    input,
+                    model_settings,
+                    tools,
+                    output_schema,
+                    handoffs,
+                    tracing,
+                    previous_response_id=previous_response_id,
+                    conversation_id=conversation_id,
+                    prompt=prompt,
+                )
+            except ModelBehaviorError as exc:
+                # The server answered (paid for) with what the SDK cannot use: recorded as the
+                # step's outcome, so no retry pays for the same request again.
+                raise ModelReplyError(f"the model's reply could not be used: {exc}") from exc
             return _response_json(response)
 
         self._escape.check()
@@ -600,11 +616,13 @@ class DurableAgent:
         replay: a label per function tool, by tool name: ``"safe"`` or ``"never"``. Required
             for every function tool of ``agent``, as for ``world``'s own tools.
         timeouts: seconds a call of each tool may take (default: the tool's own
-            ``timeout_seconds``, else 60): a ``never`` call's deadline, which a worker taking
-            over waits for before answering for it.
+            ``timeout_seconds`` plus a second, so that its timeout answers first, as the SDK
+            would, recorded with the call; else 60): a ``never`` call's deadline, which a
+            worker taking over waits for before answering for it.
         model_provider: where model names are looked up when ``agent.model`` is not a
             ``Model`` (default: the SDK's ``MultiProvider``, OpenAI).
-        run_config: the SDK's run configuration (its ``model_provider`` is replaced).
+        run_config: the SDK's run configuration (its ``model_provider`` is replaced, and its
+            ``tool_execution.max_function_tool_concurrency`` set to 1).
         max_turns: the SDK's ``max_turns`` for each run.
         approval_timeout: seconds a call waits for an approval.
         history_turns: how many earlier turns of the session the model sees (None: all).
@@ -726,7 +744,17 @@ class DurableAgent:
         if isinstance(model, Model):
             model = JournaledModel(model, journal, name=type(model).__name__, escape=escape)
         agent = self.agent.clone(model=model, tools=tools)
-        config = dataclasses.replace(self.run_config, model_provider=provider)
+        # One function tool call at a time, in the reply's order: the SDK starts each only once
+        # the one before has ended, so the calls' steps are taken in that order in every run.
+        # Started together, they took their steps in the order they got through the awaits
+        # before the tool (input guardrails, on_tool_start hooks), which a replay need not
+        # repeat: it found another call at a recorded step (NonDeterminismError).
+        execution = self.run_config.tool_execution or ToolExecutionConfig()
+        config = dataclasses.replace(
+            self.run_config,
+            model_provider=provider,
+            tool_execution=dataclasses.replace(execution, max_function_tool_concurrency=1),
+        )
         return agent, config
 
     async def run_turn(self, journal: Journal) -> str:
@@ -735,6 +763,8 @@ class DurableAgent:
         Raises:
             TurnSuspended: the run waits for an approval (the worker resumes it later).
             ConfigurationError: the SDK refused the run as misconfigured (its ``UserError``):
+                the worker records the turn's failure at once.
+            ModelReplyError: the SDK could not use a model reply (its ``ModelBehaviorError``):
                 the worker records the turn's failure at once.
         """
         escape = _Escape()
@@ -774,20 +804,29 @@ class DurableAgent:
             escape.check()  # the journal's own error, as it was raised (not the SDK's wrapper)
             if isinstance(exc, UserError):  # the SDK misused: running it again fails the same
                 raise ConfigurationError(f"the OpenAI Agents SDK refused the run: {exc}") from exc
+            if isinstance(exc, ModelBehaviorError):  # from recorded replies: a replay fails alike
+                raise ModelReplyError(f"the model's reply could not be used: {exc}") from exc
             raise
 
     def _journaled_tool(
         self, item: FunctionTool, journal: Journal, lock: anyio.Lock, escape: _Escape
     ) -> FunctionTool:
         label = self.labels[item.name]
-        timeout = self.timeouts.get(item.name) or item.timeout_seconds or DEFAULT_TOOL_TIMEOUT
+        own = item.timeout_seconds  # the SDK's timeout of the call, applied inside its step
+        timeout = self.timeouts.get(item.name) or (
+            own + _TIMEOUT_MARGIN if own is not None else DEFAULT_TOOL_TIMEOUT
+        )
         invoke = item.on_invoke_tool
 
         async def on_invoke_tool(context: SDKToolContext[Any], arguments: str) -> Any:
             async def body(step: ToolContext | None) -> Any:
                 token = _CONTEXT.set(step)
                 try:
-                    return await invoke(context, arguments)
+                    if own is None:
+                        return await invoke(context, arguments)
+                    with anyio.move_on_after(own):
+                        return await invoke(context, arguments)
+                    return await _timed_out(item, own, context)
                 finally:
                     _CONTEXT.reset(token)
 
@@ -809,7 +848,24 @@ class DurableAgent:
                 except WorldError as exc:
                     raise escape.keep(exc) from None
 
-        return dataclasses.replace(item, on_invoke_tool=on_invoke_tool)
+        # The SDK's own timer would cancel the journal's step half-way (the step unfinished,
+        # the model told the call timed out, the next model call landing on the tool's
+        # position: NonDeterminismError); the step applies the timeout itself.
+        return dataclasses.replace(item, on_invoke_tool=on_invoke_tool, timeout_seconds=None)
+
+
+async def _timed_out(item: FunctionTool, seconds: float, context: SDKToolContext[Any]) -> Any:
+    """What the SDK answers for a function tool call past its ``timeout_seconds``, recorded as
+    the call's outcome: its ``timeout_error_function``'s result or its default message; with
+    ``timeout_behavior="raise_exception"``, its ``ToolTimeoutError`` (recorded as the call's
+    error, which the model is told)."""
+    error = ToolTimeoutError(tool_name=item.name, timeout_seconds=seconds)
+    if item.timeout_behavior == "raise_exception":
+        raise error
+    if item.timeout_error_function is None:
+        return default_tool_timeout_error_message(tool_name=item.name, timeout_seconds=seconds)
+    result = item.timeout_error_function(context, error)
+    return await result if inspect.isawaitable(result) else result
 
 
 def _arguments(text: str | None) -> Any:

@@ -64,7 +64,7 @@ from pydantic_ai.durable_exec import (
     record_durable_unit,
     replay_scope,
 )
-from pydantic_ai.exceptions import ToolFailed, UserError
+from pydantic_ai.exceptions import ToolFailed, UnexpectedModelBehavior, UserError
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
 from pydantic_ai.models import Model
 from pydantic_ai.run import AgentRunResult
@@ -78,7 +78,12 @@ from pydantic_ai.tools import (
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import to_jsonable_python
 
-from world_core.errors import ConfigurationError, InvalidArgumentError, PossiblyRanError
+from world_core.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    ModelReplyError,
+    PossiblyRanError,
+)
 from world_core.journal import (
     DEFAULT_TOOL_TIMEOUT,
     Client,
@@ -91,6 +96,7 @@ from world_core.journal import (
 __all__ = [
     "CONFIG_KEY",
     "ENGINE_NAME",
+    "UnusableModelReply",
     "WorldAgent",
     "WorldApprovals",
     "WorldDurability",
@@ -205,12 +211,24 @@ class _Backend(JournalCallableOperationBackend[_Unit]):
             token = _context.set(context)
             try:
                 return await body()
+            except UnexpectedModelBehavior as exc:
+                if config.kind != "model":
+                    raise
+                # The server answered (paid for) with what pydantic-ai cannot use: recorded as
+                # the step's outcome, so no retry pays for the same request again.
+                raise ModelReplyError(
+                    f"pydantic-ai could not use the model's reply: {exc.message}",
+                    raw=exc.body or "",
+                ) from exc
             finally:
                 _context.reset(token)
 
         try:
             if config.kind == "model":
-                result = await journal.step("model", name, call, input=_identity(cache_key))
+                try:
+                    result = await journal.step("model", name, call, input=_identity(cache_key))
+                except ModelReplyError as exc:  # live or replayed, pydantic-ai sees its own kind
+                    raise UnusableModelReply(str(exc), raw=exc.raw) from exc
             else:
                 result = await journal.step(
                     "tool",
@@ -225,6 +243,26 @@ class _Backend(JournalCallableOperationBackend[_Unit]):
             raise ToolFailed(exc.error) from None
         record_durable_unit(executed=journal.replayed == before)
         return result
+
+
+class UnusableModelReply(ModelReplyError, UnexpectedModelBehavior):
+    """A model request's reply pydantic-ai could not use (its ``UnexpectedModelBehavior``),
+    recorded as the request's outcome: a replay raises it again without a request. It is both
+    a :class:`~world_core.errors.ModelReplyError` (a worker fails the turn at once) and an
+    ``UnexpectedModelBehavior`` (what pydantic-ai and a capability's
+    ``on_model_request_error`` expect; a subclass such as ``ContentFilterError`` is not kept).
+    """
+
+    def __init__(self, message: str, *, raw: str = "") -> None:
+        ModelReplyError.__init__(self, message, raw=raw)
+        self.message = message
+        self.body = raw or None
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.__class__, (self.message,), {"raw": self.raw, "body": self.body}
 
 
 def _unit_of(config: object, tool_name: str) -> _Unit:
@@ -461,6 +499,9 @@ class WorldAgent:
         Raises:
             ConfigurationError: pydantic-ai refused the agent or the run (its ``UserError``):
                 running it again would fail the same way, so the turn fails at once.
+            ModelReplyError: pydantic-ai could not use the model's replies (its
+                ``UnexpectedModelBehavior``): a model request's is recorded as its outcome;
+                either way the turn fails at once, paying for no request again.
         """
         with _turn_scope(journal):
             try:
@@ -474,7 +515,7 @@ class WorldAgent:
                 if len(leaves) == 1:
                     raise _classified(leaves[0]) from None
                 raise
-            except UserError as exc:
+            except (UserError, UnexpectedModelBehavior) as exc:
                 raise _classified(exc) from exc
         output = result.output
         if isinstance(output, str):
@@ -484,12 +525,24 @@ class WorldAgent:
 
 def _classified(error: BaseException) -> BaseException:
     """pydantic-ai's ``UserError`` (a misconfigured agent or run) as the configuration error
-    it is, so a worker fails the turn instead of retrying it."""
+    it is, and its ``UnexpectedModelBehavior`` (replies it could not use: a tool the model
+    named that does not exist, arguments that never validated, past their retries) as the
+    unusable model reply it is: a replay reads the same recorded replies and fails the same
+    way, so a worker fails the turn at once instead of retrying it."""
+    failed: BaseException
+    if isinstance(error, ModelReplyError):
+        return error
     if isinstance(error, UserError):
         failed = ConfigurationError(f"pydantic-ai refused the run: {error}")
-        failed.__cause__ = error
-        return failed
-    return error
+    elif isinstance(error, UnexpectedModelBehavior):
+        failed = ModelReplyError(
+            f"pydantic-ai could not use the model's replies: {error.message}",
+            raw=error.body or "",
+        )
+    else:
+        return error
+    failed.__cause__ = error
+    return failed
 
 
 @dataclass(init=False)

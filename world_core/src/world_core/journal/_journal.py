@@ -111,7 +111,7 @@ import time
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, NoReturn, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -874,14 +874,18 @@ class Journal:
         finally:
             self._step_extra = {}  # taken by the step, unless it was refused before
         if "error" in result:
-            unusable = ModelReplyError(
-                f"turn {self.turn_id!r} step {self._next - 1}: {result['error']} (recorded; "
-                "the request is not sent again)",
-                raw=str(result.get("raw", "")),
-            )
-            self._raised = (unusable, self._next - 1)
-            raise unusable
+            self._unusable(result)
         return ModelReply.model_validate(result["output"])
+
+    def _unusable(self, result: dict[str, Any]) -> NoReturn:
+        """Raise the recorded unusable reply of the model step just taken."""
+        unusable = ModelReplyError(
+            f"turn {self.turn_id!r} step {self._next - 1}: {result['error']} (recorded; "
+            "the request is not sent again)",
+            raw=str(result.get("raw", "")),
+        )
+        self._raised = (unusable, self._next - 1)
+        raise unusable
 
     async def call(self, tool: Tool, arguments: dict[str, Any]) -> Any:
         """Run ``tool`` with ``arguments`` as a step; returns its JSON result.
@@ -960,8 +964,10 @@ class Journal:
 
         * ``kind="model"``: a paid call, like :meth:`model`: no intent; its outcome is
           appended at once, so a finished call is never made twice. ``fn(None)`` runs;
-          an exception it raises is not recorded (the step runs again when retried).
-          ``replay`` and ``timeout`` do not apply.
+          an exception it raises is not recorded (the step runs again when retried), except
+          :class:`~world_core.errors.ModelReplyError`: the server answered (paid) with
+          something unusable, so it is the recorded outcome and a replay raises it again
+          without calling. ``replay`` and ``timeout`` do not apply.
         * ``kind="tool"``: a call with a replay label, like :meth:`call`: ``never`` writes its
           intent (with the deadline ``timeout`` seconds away) before ``fn`` runs, shielded,
           and an interrupted call is never run again; ``safe`` runs again. ``fn(context)``
@@ -975,6 +981,8 @@ class Journal:
             InvalidArgumentError: a bad ``kind``, ``name``, ``replay`` or ``timeout``, or an
                 ``input`` JSON cannot hold (nothing is recorded).
             ToolError: the tool step raised or timed out (recorded; a replay raises it too).
+            ModelReplyError: the model step's unusable reply (recorded; a replay raises it
+                too).
             PossiblyRanError: a ``never`` step was interrupted and may have happened.
             NonDeterminismError: the journal holds another step at this position.
         """
@@ -996,9 +1004,14 @@ class Journal:
 
             async def run(step: int) -> dict[str, Any]:
                 self.model_calls += 1
-                return {"output": to_jsonable_python(await fn(None))}
+                try:
+                    return {"output": to_jsonable_python(await fn(None))}
+                except ModelReplyError as exc:  # paid for: record it, never ask again
+                    return {"error": _describe(exc), "raw": exc.raw[:_ERROR_CHARS]}
 
             result = await self._step("model", name, digest, input, "safe", run)
+            if "error" in result:
+                self._unusable(result)
             return result["output"]
         label = _check_replay(replay, name)
         seconds = _check_timeout(timeout, name)
