@@ -59,7 +59,9 @@ second span, so disable it (``set_tracing_disabled(True)`` or
 **Inside a tool**, :func:`tool_context` is the call's journal context: its
 ``idempotency_key`` (send it to APIs that take one) and ``check()`` (call it right before an
 irreversible effect). A cut-off ``never`` call answers the model ``POSSIBLY_RAN``; a tool that
-raised answers ``Error: ...`` (both recorded, so a replay answers the same).
+raised answers ``Error: ...`` (both recorded, so a replay answers the same). A ``check()`` that
+refused for a lost lease is no answer, although the SDK makes text for the model of what a tool
+raises: the attempt stops and the next one runs the call again (JOURNAL.md, rule 4a).
 
 **Failures.** A journal error inside the SDK's run (a call still in flight in another worker,
 a replay that differs, a failed write) is raised as it was, not as the SDK's wrapper, so the
@@ -787,9 +789,14 @@ class DurableAgent:
             async def body(step: ToolContext | None) -> Any:
                 token = _CONTEXT.set(step)
                 try:
-                    return await invoke(context, arguments)
+                    output = await invoke(context, arguments)
                 finally:
                     _CONTEXT.reset(token)
+                if step is not None and step.refusal is not None:
+                    # check() found the lease lost, and the SDK made the refusal text for the
+                    # model: it is no outcome (the turn's next attempt runs the call again).
+                    raise step.refusal
+                return output
 
             async with lock:
                 escape.check()
