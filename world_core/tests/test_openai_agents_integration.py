@@ -5,7 +5,6 @@ what DurableAgent refuses when it is built."""
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -23,6 +22,7 @@ from agents import (
 )
 from agents.exceptions import UserError
 from agents.items import TResponseStreamEvent
+from journal_support import stall_once  # type: ignore[import-not-found]  # PYTHONPATH
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -396,7 +396,7 @@ async def test_a_send_refused_for_a_lost_lease_runs_on_the_next_attempt(world: W
     recorded as send's outcome, and the model told the send had failed (the examples' crash
     matrix, under load: no email, another reply). The refusal is not send's outcome and never
     reaches the model: the attempt ends ``lease_lost`` and the next one runs send, once."""
-    blocked: list[bool] = []
+    stalled: list[bool] = []
     sent: list[str] = []
 
     @function_tool
@@ -404,9 +404,7 @@ async def test_a_send_refused_for_a_lost_lease_runs_on_the_next_attempt(world: W
         """Send the note (an effect that must happen once)."""
         context = tool_context()
         assert context is not None
-        if not blocked:
-            blocked.append(True)
-            time.sleep(1.5)  # noqa: ASYNC251  (the point: the loop cannot renew the lease)
+        stall_once(stalled)  # the loop cannot renew the lease meanwhile
         context.check()
         sent.append(context.idempotency_key)
         return "sent"
