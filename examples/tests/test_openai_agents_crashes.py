@@ -48,6 +48,7 @@ LEASE = 1.0
 SEND_TIMEOUT = 2.0
 ALL_POINTS = [f"{n}:{when}" for n in range(len(STEPS)) for when in ("before_run", "after_run")]
 FEW_POINTS = ["2:after_run", "3:after_run"]
+TURN_WAIT = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +130,14 @@ async def crash_point(world: World, inbox: Inbox, crash_at: str) -> dict[str, An
     later = PolicyModel()
     reply = None
     results: list[Any] = []
-    for _ in range(4):  # a crash inside send_email: re-queued until its deadline has passed
-        results.append(await _run(world, queue, later, None))
-        reply = await client.reply(session, "t1")
-        if reply is not None:
-            break
+    # Workers until the turn has its reply: after a crash inside send_email it is re-queued
+    # until the call's deadline has passed, and under load an attempt may lose its 1 s lease
+    # and stop (lease_lost), which a fixed four attempts could run out of. The deadline bounds
+    # a turn that never ends.
+    with anyio.move_on_after(TURN_WAIT):
+        while reply is None:
+            results.append(await _run(world, queue, later, None))
+            reply = await client.reply(session, "t1")
     return {
         "crash_at": crash_at,
         "session": session,

@@ -2,6 +2,7 @@
 
 Its one tool, ``wait_here`` (safe), writes the file named by ``JOURNAL_TEST_MARKER`` and then
 waits forever, so a test knows the worker is inside a turn and can signal it there.
+Also :func:`stall_once`, for the adapters' tests of a call refused for a lost lease.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 import anyio
 
@@ -76,3 +78,11 @@ replying = _Replying()
 async def build_async() -> Agent:
     """A factory written async by mistake: calling it gives a coroutine, not an agent."""
     return build_replying()
+
+
+def stall_once(stalled: list[bool]) -> None:
+    """The first time (``stalled`` empty): block the event loop 1.5 s, past a 1 s lease, as a
+    first import or CPU-bound work would, so the tool's ``check()`` that follows refuses."""
+    if not stalled:
+        stalled.append(True)
+        time.sleep(1.5)

@@ -139,8 +139,11 @@ async def test_a_worker_that_cannot_renew_stops_before_its_lease_runs_out(
                 return ModelReply(content="done")
             return ModelReply(tool_calls=[ToolCall(id="c", name="slow", arguments="{}")])
 
+        working = anyio.Event()
+
         async def slow() -> str:
             """Take a while."""
+            working.set()
             await anyio.sleep(2.0)
             return "slow result"
 
@@ -154,10 +157,14 @@ async def test_a_worker_that_cannot_renew_stops_before_its_lease_runs_out(
         async def run_a() -> None:
             results["a"] = await a.run_once(wait=5.0)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_a)
-            await anyio.sleep(1.3)  # A's lease has run out: B claims the turn
-            results["b"] = await b.run_once(wait=5.0)
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_a)
+                # A holds the turn (it runs step 1); B claims it once A's lease has run out.
+                # (B began after a fixed 1.3 s: had A not claimed by then, under load, B took
+                # the turn first and A found none.)
+                await working.wait()
+                results["b"] = await b.run_once(wait=30.0)
         result_a, result_b = results["a"], results["b"]
         assert result_a is not None
         assert result_b is not None

@@ -311,22 +311,30 @@ async def test_run_once_refuses_a_wait_that_is_no_duration(world: World) -> None
 
 async def test_lost_lease_cancels_the_turn(world: World, folder: str) -> None:
     """The worker's event loop stalls past its lease (a tool blocking it); another worker
-    claims the turn meanwhile; the next renewal finds the lease lost and cancels the turn."""
+    claims the turn meanwhile; the next renewal finds the lease lost and cancels the turn.
+    The stall lasts until the other worker has claimed the turn: a fixed stall (6 s) left the
+    thief 5 s to open its World and claim, and under load it might not have, the renewal
+    then succeeding and the turn waiting forever."""
     stolen: list[Lease] = []
     inside = threading.Event()
+    claimed = threading.Event()
 
     def other_worker() -> None:
         async def claim() -> None:
             inside.wait(WAIT)
-            async with open_world("local", url=folder, namespace="worker") as other:
-                stolen.extend(await other.queue.claim("turns", "other", lease=30, wait=WAIT))
+            try:
+                async with open_world("local", url=folder, namespace="worker") as other:
+                    stolen.extend(await other.queue.claim("turns", "other", lease=30, wait=WAIT))
+            finally:
+                claimed.set()
 
         anyio.run(claim)
 
     async def stall(label: str) -> str:
-        """Block the event loop (deliberately: no renewal can run), then wait."""
+        """Block the event loop (deliberately: no renewal can run) until the other worker has
+        claimed the turn, then wait."""
         inside.set()
-        time.sleep(6)  # noqa: ASYNC251  - the stall under test (lease 1 s: margin for the thief)
+        claimed.wait(WAIT)  # the stall under test, past the 1 s lease
         await anyio.sleep_forever()
         return label
 

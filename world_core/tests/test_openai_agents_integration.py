@@ -23,6 +23,7 @@ from agents import (
 )
 from agents.exceptions import ModelBehaviorError, UserError
 from agents.items import TResponseOutputItem, TResponseStreamEvent
+from journal_support import stall_once  # type: ignore[import-not-found]  # PYTHONPATH
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -472,6 +473,35 @@ class _Refunds(Model):
         raise NotImplementedError
 
 
+class _SendOnce(Model):
+    """Calls ``send`` until a call's output comes back, then says that output."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        items = args[1]
+        self.said.extend(json.dumps(i, default=str) for i in items)
+        outputs = [
+            i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        if not outputs:
+            call = ResponseFunctionToolCall(
+                type="function_call", id="fc_0", call_id="call_0", name="send", arguments="{}"
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        text = ResponseOutputText(
+            type="output_text", text=str(outputs[-1]["output"]), annotations=[]
+        )
+        message = ResponseOutputMessage(
+            type="message", id="m", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError
+
+
 class _SlowStart(AgentHooks[Any]):
     """An ``on_tool_start`` hook that takes longer for some calls (a log shipped over the
     network, say): how long changes from one run of the turn to the next."""
@@ -564,3 +594,42 @@ async def test_a_tool_cut_off_by_its_timeout_is_recorded_and_the_turn_goes_on(
         assert await durable.run_turn(journal) == reply
     assert runs == [1]
     assert model.calls == 2
+
+
+@pytest.mark.anyio
+async def test_a_send_refused_for_a_lost_lease_runs_on_the_next_attempt(world: World) -> None:
+    """``send`` (never) blocks the worker's event loop past its 1 s lease on its first call
+    (as a first import or CPU-bound work would), then calls ``tool_context().check()``:
+    refused. The SDK turns what a function tool raises into text for the model; that text was
+    recorded as send's outcome, and the model told the send had failed (the examples' crash
+    matrix, under load: no email, another reply). The refusal is not send's outcome and never
+    reaches the model: the attempt ends ``lease_lost`` and the next one runs send, once."""
+    stalled: list[bool] = []
+    sent: list[str] = []
+
+    @function_tool
+    async def send() -> str:
+        """Send the note (an effect that must happen once)."""
+        context = tool_context()
+        assert context is not None
+        stall_once(stalled)  # the loop cannot renew the lease meanwhile
+        context.check()
+        sent.append(context.idempotency_key)
+        return "sent"
+
+    model = _SendOnce()
+    durable = DurableAgent(
+        Agent(name="sender", model=model, tools=[send]), replay={"send": "never"}
+    )
+    worker = Worker(world, durable, lease=1.0, crash=None, observers=[])
+    await Client(world).submit("s", "send it", turn_id="t")
+    with anyio.fail_after(30):
+        first = await worker.run_once(wait=5)
+        assert first is not None
+        assert first.status == "lease_lost", first
+        assert sent == []
+        second = await worker.run_once(wait=5)
+    assert second is not None
+    assert (second.status, second.reply) == ("done", "sent"), second
+    assert len(sent) == 1
+    assert not [text for text in model.said if "lease" in text.lower()], model.said

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 from fastmcp.client.transports import StdioTransport
+from journal_support import stall_once  # type: ignore[import-not-found]  # PYTHONPATH
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -965,9 +966,7 @@ async def test_a_send_refused_for_a_lost_lease_runs_on_the_next_attempt(
         """Send the note (an effect that must happen once)."""
         context = tool_context()
         assert context is not None
-        if not blocked:
-            blocked.append(True)
-            time.sleep(1.5)  # noqa: ASYNC251  (the point: the loop cannot renew the lease)
+        stall_once(blocked)  # the loop cannot renew the lease meanwhile
         context.check()
         row = {"session": context.session_id, "key": context.idempotency_key, "to": to}
         with sink.path.open("a", encoding="utf-8") as handle:

@@ -490,6 +490,26 @@ async def test_apps_edit_with_compare_and_set(world: World) -> None:
     assert await journal.call(_tool(read), {"label": "r"}) == "a"
 
 
+async def test_concurrent_app_writes_of_one_process_all_land(world: World) -> None:
+    """Eight tasks of one app write files to one session's workspace at once, five each,
+    without expected_version: each write lands. (Each read the tree, then committed only if
+    it had not moved; five tries with no pause, and a writer that kept losing to the others
+    gave up with DocumentConflictError.)"""
+
+    async def write(writer: int) -> None:
+        workspace = Workspace(world)  # one of the app's handlers: its own Workspace
+        for index in range(5):
+            await workspace.write("s", f"w{writer}/{index}.txt", f"{writer}-{index}")
+
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as group:
+            for writer in range(8):
+                group.start_soon(write, writer)
+    tree = await Workspace(world).tree("s")
+    assert tree.version == 40
+    assert len(tree.files) == 40
+
+
 async def test_tar_and_folder_round_trips(world: World, tmp_path: Path) -> None:
     workspace = Workspace(world)
     async with workspace.edit("s") as files:

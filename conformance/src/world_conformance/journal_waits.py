@@ -451,12 +451,20 @@ class JournalSignalContract(ContractBase):
         tool. The wait's timer wake-up, come at 1 s to another worker while the turn still
         runs, finds the wait resumed by another message and is dropped (``stale``) without
         running anything; the turn ends once, on the first worker."""
+        working = anyio.Event()  # the first worker runs the slow tool
+        dropped = anyio.Event()  # the second worker is done with the wake-up it took
 
         class WaitThenWork(Agent):
             def __init__(self) -> None:
                 async def slow() -> str:
                     """Work for a while."""
-                    await anyio.sleep(2.5)
+                    working.set()
+                    # The turn runs until the other wake-up was handled, however late that
+                    # came: with a fixed 2.5 s here, and the second worker starting 0.3 s
+                    # after the first, a loaded machine could end the turn before the second
+                    # claimed (it then read the reply: "done", not "stale"), or let the second
+                    # claim first.
+                    await dropped.wait()
                     return "worked"
 
                 super().__init__(model=ScriptedModel(_echo), tools=[tool(slow, replay="safe")])
@@ -475,15 +483,21 @@ class JournalSignalContract(ContractBase):
         await client.signal("s", "go", "one", sender="erin")
         results: dict[str, TurnResult | None] = {}
 
-        async def run(name: str, delay: float) -> None:
-            await anyio.sleep(delay)
+        async def run(name: str) -> None:
             worker = Worker(world, WaitThenWork(), queue=QUEUE, lease=5, name=name, crash=None)
             results[name] = await worker.run_once(wait=WAIT)
 
-        with anyio.fail_after(WAIT):
+        async def run_second() -> None:
+            await working.wait()  # not before: it would take the first wake-up itself
+            try:
+                await run("b")
+            finally:
+                dropped.set()
+
+        with anyio.fail_after(WAIT * 2):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(run, "a", 0.0)  # takes the signal's wake-up, runs the slow tool
-                tg.start_soon(run, "b", 0.3)  # takes the timer's wake-up at 1 s
+                tg.start_soon(run, "a")  # takes the first wake-up and runs the slow tool
+                tg.start_soon(run_second)  # takes the other one (the timer's at 1 s)
         a, b = results["a"], results["b"]
         assert _status(a) == "done", a
         assert _status(b) == "stale", b

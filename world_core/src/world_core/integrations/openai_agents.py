@@ -61,7 +61,9 @@ second span, so disable it (``set_tracing_disabled(True)`` or
 **Inside a tool**, :func:`tool_context` is the call's journal context: its
 ``idempotency_key`` (send it to APIs that take one) and ``check()`` (call it right before an
 irreversible effect). A cut-off ``never`` call answers the model ``POSSIBLY_RAN``; a tool that
-raised answers ``Error: ...`` (both recorded, so a replay answers the same).
+raised answers ``Error: ...`` (both recorded, so a replay answers the same). A ``check()`` that
+refused for a lost lease is no answer, although the SDK makes text for the model of what a tool
+raises: the attempt stops and the next one runs the call again (JOURNAL.md, rule 4a).
 
 **Failures.** A journal error inside the SDK's run (a call still in flight in another worker,
 a replay that differs, a failed write) is raised as it was, not as the SDK's wrapper, so the
@@ -84,7 +86,7 @@ import inspect
 import json
 import math
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import anyio
@@ -822,13 +824,14 @@ class DurableAgent:
             async def body(step: ToolContext | None) -> Any:
                 token = _CONTEXT.set(step)
                 try:
-                    if own is None:
-                        return await invoke(context, arguments)
-                    with anyio.move_on_after(own):
-                        return await invoke(context, arguments)
-                    return await _timed_out(item, own, context)
+                    output = await _invoke_within(item, invoke, own, context, arguments)
                 finally:
                     _CONTEXT.reset(token)
+                if step is not None and step.refusal is not None:
+                    # check() found the lease lost, and the SDK made the refusal text for the
+                    # model: it is no outcome (the turn's next attempt runs the call again).
+                    raise step.refusal
+                return output
 
             async with lock:
                 escape.check()
@@ -852,6 +855,22 @@ class DurableAgent:
         # the model told the call timed out, the next model call landing on the tool's
         # position: NonDeterminismError); the step applies the timeout itself.
         return dataclasses.replace(item, on_invoke_tool=on_invoke_tool, timeout_seconds=None)
+
+
+async def _invoke_within(
+    item: FunctionTool,
+    invoke: Callable[[SDKToolContext[Any], str], Awaitable[Any]],
+    seconds: float | None,
+    context: SDKToolContext[Any],
+    arguments: str,
+) -> Any:
+    """The tool's own call, cut off after its ``timeout_seconds`` (None: no cut) with what
+    the SDK answers then (:func:`_timed_out`)."""
+    if seconds is None:
+        return await invoke(context, arguments)
+    with anyio.move_on_after(seconds):
+        return await invoke(context, arguments)
+    return await _timed_out(item, seconds, context)
 
 
 async def _timed_out(item: FunctionTool, seconds: float, context: SDKToolContext[Any]) -> Any:

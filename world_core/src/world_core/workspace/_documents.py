@@ -137,12 +137,14 @@ _UPDATE_ATTEMPTS = 10
 
 
 class _Writing:
-    """A lock with the count of tasks holding or waiting for it (dropped at zero)."""
+    """A lock with the task holding it and the count of tasks holding or waiting for it
+    (dropped at zero)."""
 
-    __slots__ = ("lock", "users")
+    __slots__ = ("holder", "lock", "users")
 
     def __init__(self) -> None:
         self.lock = anyio.Lock()
+        self.holder: int | None = None
         self.users = 0
 
 
@@ -151,7 +153,7 @@ _writing: weakref.WeakKeyDictionary[World, dict[str, _Writing]] = weakref.WeakKe
 
 
 @contextlib.asynccontextmanager
-async def _session_writes(world: World, session_id: str) -> AsyncIterator[None]:
+async def session_writes(world: World, session_id: str) -> AsyncIterator[None]:
     """One app write at a time per session in this process.
 
     Every document write of a session appends to the session's one log, so two writers of a
@@ -160,15 +162,27 @@ async def _session_writes(world: World, session_id: str) -> AsyncIterator[None]:
     after its tries now and then, however it backed off; queued here, a writer of this
     process never conflicts with another. Writers of other processes still race, and
     :meth:`Documents.update` retries them.
+
+    A writer that reads, then saves what it made of the read (``Documents.update``, the
+    workspace's ``write``), holds its turn across both. The task holding the turn may enter
+    again (its ``put`` inside): it is not queued behind itself.
     """
     sessions = _writing.setdefault(world, {})
     writing = sessions.get(session_id)
+    task = anyio.get_current_task().id
+    if writing is not None and writing.holder == task:
+        yield
+        return
     if writing is None:
         writing = sessions[session_id] = _Writing()
     writing.users += 1
     try:
         async with writing.lock:
-            yield
+            writing.holder = task
+            try:
+                yield
+            finally:
+                writing.holder = None
     finally:
         writing.users -= 1
         if not writing.users:
@@ -713,7 +727,7 @@ class Documents:
         schema = schema_version(type(value))
         if expected_version is not None:
             _check_version(expected_version, "expected_version")
-        async with _session_writes(self._world, session_id):
+        async with session_writes(self._world, session_id):
             return await self._put(session_id, name, value, raw, schema, expected_version)
 
     async def _put(
@@ -786,7 +800,7 @@ class Documents:
                 # Writers that conflicted read again at once and conflict again together:
                 # a random pause, growing with each try, spreads them out.
                 await anyio.sleep(random.uniform(0, min(0.5, 0.005 * 2**attempt)))
-            async with _session_writes(self._world, session_id):
+            async with session_writes(self._world, session_id):
                 version, value = await self.read(session_id, name, model)
                 new = fn(value)
                 if not isinstance(new, model):

@@ -74,7 +74,7 @@ from world_core.errors import (
 )
 from world_core.journal import BlobRef, Blobs, ToolContext, canonical_json, session_blobs
 from world_core.spi import World
-from world_core.workspace._documents import DocumentEdits, Documents
+from world_core.workspace._documents import DocumentEdits, Documents, session_writes
 from world_core.workspace._fs_paths import (
     WorkspaceLimits,
     ancestors,
@@ -1341,7 +1341,12 @@ class Workspace:
     ) -> FileTree:
         for attempt in range(_CHANGE_ATTEMPTS):
             try:
-                async with self.edit(session_id, expected_version=expected_version) as files:
+                # The read and the commit made of it take one turn among this process's
+                # writers of the session: racing, one of eight writers lost five times.
+                async with (
+                    session_writes(self._world, session_id),
+                    self.edit(session_id, expected_version=expected_version) as files,
+                ):
                     await change(files)
             except DocumentConflictError:
                 if expected_version is not None or attempt == _CHANGE_ATTEMPTS - 1:
